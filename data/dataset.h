@@ -1,0 +1,61 @@
+#pragma once
+// Map-style datasets. A batch is LibTorch's torch::data::Example<> (data,
+// target); `target` may be undefined (predict). Any LibTorch dataset
+// (torch::data::datasets::Dataset<Self, Example<>>) can be wrapped with
+// lt::from_torch_dataset.
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include <torch/torch.h>
+
+namespace lt {
+
+using Batch = torch::data::Example<>;
+
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+  virtual int64_t size() const = 0;
+  virtual Batch get(int64_t index) const = 0;
+  // Collates the examples at `indices`. The default stacks get(i); tensor
+  // datasets override it with one index_select.
+  virtual Batch get_batch(const std::vector<int64_t>& indices) const;
+};
+
+// Rows of `data` (and `targets`, if defined) are the examples.
+class TensorDataset : public Dataset {
+ public:
+  TensorDataset(torch::Tensor data, torch::Tensor targets = {});
+  int64_t size() const override { return data_.size(0); }
+  Batch get(int64_t index) const override;
+  Batch get_batch(const std::vector<int64_t>& indices) const override;
+  const torch::Tensor& data() const { return data_; }
+  const torch::Tensor& targets() const { return targets_; }
+
+ private:
+  torch::Tensor data_;
+  torch::Tensor targets_;
+};
+
+template <typename TorchDataset>
+class TorchDatasetAdapter : public Dataset {
+ public:
+  explicit TorchDatasetAdapter(TorchDataset dataset) : dataset_(std::move(dataset)) {}
+  int64_t size() const override { return static_cast<int64_t>(dataset_.size().value()); }
+  Batch get(int64_t index) const override {
+    return const_cast<TorchDataset&>(dataset_).get(static_cast<size_t>(index));
+  }
+
+ private:
+  TorchDataset dataset_;
+};
+
+template <typename TorchDataset>
+std::shared_ptr<Dataset> from_torch_dataset(TorchDataset dataset) {
+  return std::make_shared<TorchDatasetAdapter<TorchDataset>>(std::move(dataset));
+}
+
+}  // namespace lt

@@ -1,0 +1,69 @@
+#include "loops/evaluation_loop.h"
+
+namespace lt {
+
+std::map<std::string, double> EvaluationLoop::run(LoopContext& ctx, DataLoader& loader, Stage stage,
+                                                  int64_t max_batches) {
+  const bool test = stage == Stage::kTest;
+  const bool sanity = stage == Stage::kSanityCheck;
+  const Stage previous_stage = ctx.state.stage;
+  ctx.state.stage = stage;
+  ctx.state.sanity_checking = sanity;
+  const bool was_training = ctx.module.is_training();
+  ctx.module.eval();
+  torch::NoGradGuard no_grad;
+  ResultCollection& results = ctx.use_results(test ? Stage::kTest : Stage::kValidate, true);
+  results.reset_epoch();
+
+  if (test) {
+    ctx.hooks.call(&Callback::on_test_start);
+    ctx.hooks.call(&Callback::on_test_epoch_start);
+    ctx.module.on_test_epoch_start();
+  } else {
+    ctx.hooks.call(&Callback::on_validation_start);
+    ctx.hooks.call(&Callback::on_validation_epoch_start);
+    ctx.module.on_validation_epoch_start();
+  }
+  const int64_t n = std::min(max_batches, loader.size());
+  for (int64_t i = 0; i < n; ++i) {
+    Batch batch = loader.get(i);
+    batch.data = batch.data.to(ctx.strategy.root_device());
+    if (batch.target.defined()) batch.target = batch.target.to(ctx.strategy.root_device());
+    results.set_current_batch_size(batch.data.size(0));
+    if (test) {
+      ctx.module.test_step(batch, i);
+      ctx.hooks.call(&Callback::on_test_batch_end, batch, i);
+    } else {
+      ctx.hooks.call(&Callback::on_validation_batch_start, batch, i);
+      ctx.module.validation_step(batch, i);
+      ctx.hooks.call(&Callback::on_validation_batch_end, batch, i);
+    }
+  }
+  results.set_stage(test ? Stage::kTest : Stage::kValidate, false);
+  if (test) {
+    ctx.module.on_test_epoch_end();
+  } else {
+    ctx.module.on_validation_epoch_end();
+  }
+  std::map<std::string, double> metrics;
+  if (sanity) {
+    results.reset_epoch();
+  } else {
+    metrics = results.take_epoch_metrics(true);
+    ctx.log_metrics(metrics);
+  }
+  if (test) {
+    ctx.hooks.call(&Callback::on_test_epoch_end);
+    ctx.hooks.call(&Callback::on_test_end);
+  } else {
+    ctx.hooks.call(&Callback::on_validation_epoch_end);
+    ctx.hooks.call(&Callback::on_validation_end);
+  }
+  if (was_training) ctx.module.train();
+  ctx.state.sanity_checking = false;
+  ctx.state.stage = previous_stage;
+  if (previous_stage == Stage::kTrain) ctx.use_results(Stage::kTrain, true);
+  return metrics;
+}
+
+}  // namespace lt

@@ -1,0 +1,59 @@
+#include "loops/fit_loop.h"
+
+namespace lt {
+
+int64_t FitLoop::resolved_max_epochs(const TrainerOptions& options) {
+  if (options.max_epochs() == -1 && options.max_steps() == -1) return 1000;
+  return options.max_epochs();
+}
+
+bool FitLoop::done(const LoopContext& ctx) const {
+  const int64_t max_epochs = resolved_max_epochs(ctx.options);
+  if (max_epochs >= 0 && ctx.state.current_epoch >= max_epochs) return true;
+  if (ctx.options.max_steps() >= 0 && ctx.state.global_step >= ctx.options.max_steps()) return true;
+  return ctx.state.should_stop;
+}
+
+void FitLoop::sanity_check(LoopContext& ctx, DataLoader* val) {
+  if (val == nullptr || ctx.options.num_sanity_val_steps() == 0 || !ctx.module.has_validation_step()) return;
+  const int64_t limit = ctx.options.limit_val_batches().apply(val->size());
+  if (limit <= 0) return;
+  const int64_t steps = ctx.options.num_sanity_val_steps() < 0 ? limit
+                                                                : std::min(limit, ctx.options.num_sanity_val_steps());
+  ctx.hooks.call(&Callback::on_sanity_check_start);
+  epoch_loop_->val_loop().run(ctx, *val, Stage::kSanityCheck, steps);
+  ctx.hooks.call(&Callback::on_sanity_check_end);
+}
+
+void FitLoop::run(LoopContext& ctx, DataLoader& train, DataLoader* val) {
+  ctx.state.stage = Stage::kTrain;
+  sanity_check(ctx, val);
+  ctx.state.callback_metrics.clear();
+  ctx.state.progress_bar_metrics.clear();
+  ctx.hooks.call(&Callback::on_train_start);
+  ctx.module.on_train_start();
+  while (!done(ctx)) {
+    ctx.state.stage = Stage::kTrain;
+    ctx.state.epoch_ended = false;
+    ctx.module.train();
+    train.set_epoch(ctx.state.current_epoch);
+    if (val != nullptr) val->set_epoch(ctx.state.current_epoch);
+    ctx.hooks.call(&Callback::on_train_epoch_start);
+    ctx.module.on_train_epoch_start();
+    epoch_loop_->run(ctx, train, val);
+
+    ctx.state.stage = Stage::kTrain;
+    ctx.state.epoch_ended = true;
+    ResultCollection& results = ctx.use_results(Stage::kTrain, false);
+    ctx.module.on_train_epoch_end();
+    ctx.log_metrics(results.take_epoch_metrics(true));
+    ctx.hooks.call(&Callback::on_train_epoch_end);
+    step_scheduler(*ctx.optim, Interval::kEpoch, ctx.state.current_epoch + 1);
+    ++ctx.state.current_epoch;
+    ctx.state.epoch_ended = false;
+  }
+  ctx.hooks.call(&Callback::on_train_end);
+  ctx.module.on_train_end();
+}
+
+}  // namespace lt

@@ -1,0 +1,66 @@
+#pragma once
+// What a loop gets: the run's state, the strategy, the module, the logging
+// results and a dispatcher for callback hooks. Loops never see the Trainer
+// (STYLE.md: narrow contexts instead of connectors).
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "callbacks/callback.h"
+#include "loggers/logger.h"
+#include "plugins/strategies/strategy.h"
+#include "trainer/lightning_module.h"
+#include "trainer/result_collection.h"
+#include "trainer/run_state.h"
+#include "trainer/trainer_options.h"
+
+namespace lt {
+
+// Calls a hook on every callback, in priority order, with (Trainer&, module&, args...).
+class CallbackHooks {
+ public:
+  CallbackHooks(Trainer& trainer, LightningModule& module, std::vector<std::shared_ptr<Callback>> callbacks)
+      : trainer_(trainer), module_(module), callbacks_(std::move(callbacks)) {}
+
+  template <typename... HookArgs, typename... Args>
+  void call(void (Callback::*hook)(Trainer&, LightningModule&, HookArgs...), Args&&... args) {
+    for (auto& callback : callbacks_) ((*callback).*hook)(trainer_, module_, args...);
+  }
+  const std::vector<std::shared_ptr<Callback>>& callbacks() const { return callbacks_; }
+
+ private:
+  Trainer& trainer_;
+  LightningModule& module_;
+  std::vector<std::shared_ptr<Callback>> callbacks_;
+};
+
+struct LoopContext {
+  const TrainerOptions& options;
+  RunState& state;
+  Strategy& strategy;
+  LightningModule& module;
+  CallbackHooks& hooks;
+  Logger* logger;  // null on ranks other than 0
+  std::map<Stage, ResultCollection>& results;
+  OptimizerConfig* optim;  // null outside fit
+
+  // Points the module's log() at the results of `stage`.
+  ResultCollection& use_results(Stage stage, bool in_step_hook) {
+    ResultCollection& r = results[stage];
+    r.set_stage(stage, in_step_hook);
+    auto runtime = module.runtime();
+    runtime.results = &r;
+    module.attach(runtime);
+    return r;
+  }
+  // Sends metrics to the logger at the current global step (rank 0 only).
+  void log_metrics(const std::map<std::string, double>& metrics) {
+    if (metrics.empty()) return;
+    for (const auto& [k, v] : metrics) state.logged_metrics[k] = v;
+    if (logger != nullptr && !state.sanity_checking) logger->log_metrics(metrics, state.global_step);
+  }
+};
+
+}  // namespace lt

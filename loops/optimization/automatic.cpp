@@ -1,0 +1,71 @@
+#include "loops/optimization/automatic.h"
+
+#include "trainer/check.h"
+
+namespace lt {
+
+void clip_gradients(torch::optim::Optimizer& optimizer, double clip_val, GradientClipAlgorithm algorithm) {
+  if (clip_val <= 0.0) return;
+  std::vector<torch::Tensor> params;
+  for (auto& group : optimizer.param_groups()) {
+    for (auto& p : group.params()) {
+      if (p.grad().defined()) params.push_back(p);
+    }
+  }
+  if (algorithm == GradientClipAlgorithm::kNorm) {
+    torch::nn::utils::clip_grad_norm_(params, clip_val);
+  } else {
+    torch::nn::utils::clip_grad_value_(params, clip_val);
+  }
+}
+
+void step_scheduler(OptimizerConfig& config, Interval interval, int64_t counter) {
+  if (config.lr_scheduler && config.interval == interval && counter % config.frequency == 0) {
+    config.lr_scheduler->step();
+  }
+}
+
+torch::Tensor AutomaticOptimization::run(LoopContext& ctx, const Batch& batch, int64_t batch_idx, bool window_end) {
+  torch::Tensor loss = ctx.strategy.training_step(ctx.module, batch, batch_idx);
+  LT_CHECK(loss.defined() && loss.numel() == 1, "training_step must return a scalar loss in automatic optimization",
+           " (epoch ", ctx.state.current_epoch, ", batch ", batch_idx, "); got ",
+           loss.defined() ? c10::str("shape ", loss.sizes()) : std::string("an undefined tensor"),
+           ". Return a loss, or call set_automatic_optimization(false)");
+  backward(ctx, loss / static_cast<double>(ctx.options.accumulate_grad_batches()));
+  if (window_end) optimizer_step(ctx);
+  return loss.detach();
+}
+
+void AutomaticOptimization::run_padding(LoopContext& ctx, bool window_end) {
+  // sum(p * 0): a graph touching every parameter, so a DDP reducer sees
+  // every gradient ready and reduces the accumulated ones, adding nothing.
+  torch::Tensor zero = torch::zeros({}, ctx.strategy.root_device());
+  for (const auto& p : ctx.module.parameters()) {
+    if (p.requires_grad()) zero = zero + (p * 0).sum();
+  }
+  ctx.strategy.backward(zero, ctx.module);
+  if (window_end) optimizer_step(ctx);
+}
+
+void AutomaticOptimization::backward(LoopContext& ctx, const torch::Tensor& scaled_loss) {
+  ctx.hooks.call(&Callback::on_before_backward, scaled_loss);
+  ctx.module.on_before_backward(scaled_loss);
+  ctx.strategy.backward(scaled_loss, ctx.module);
+  ctx.hooks.call(&Callback::on_after_backward);
+  ctx.module.on_after_backward();
+}
+
+void AutomaticOptimization::optimizer_step(LoopContext& ctx) {
+  auto& optimizer = *ctx.optim->optimizer;
+  ctx.hooks.call(&Callback::on_before_optimizer_step, optimizer);
+  ctx.module.on_before_optimizer_step(optimizer);
+  clip_gradients(optimizer, ctx.options.gradient_clip_val(), ctx.options.gradient_clip_algorithm());
+  ctx.strategy.optimizer_step(optimizer);
+  ctx.hooks.call(&Callback::on_before_zero_grad, optimizer);
+  ctx.module.on_before_zero_grad(optimizer);
+  optimizer.zero_grad();
+  ++ctx.state.global_step;
+  step_scheduler(*ctx.optim, Interval::kStep, ctx.state.global_step);
+}
+
+}  // namespace lt

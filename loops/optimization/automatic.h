@@ -1,0 +1,39 @@
+#pragma once
+// Automatic optimization of one micro-batch: training_step, loss / k,
+// backward, and on the last micro-batch of an accumulation window the
+// optimizer step (clip, step, zero_grad, per-step scheduler).
+
+#include <cstdint>
+
+#include <torch/torch.h>
+
+#include "loops/loop_context.h"
+
+namespace lt {
+
+class OptimizationLoop {
+ public:
+  virtual ~OptimizationLoop() = default;
+  // Returns the (unscaled, detached) loss of the step; undefined if the step returned none.
+  virtual torch::Tensor run(LoopContext& ctx, const Batch& batch, int64_t batch_idx, bool window_end) = 0;
+  // A zero-loss micro-batch that completes this rank's last accumulation window (see TrainingEpochContext).
+  virtual void run_padding(LoopContext& ctx, bool window_end) = 0;
+};
+
+class AutomaticOptimization : public OptimizationLoop {
+ public:
+  torch::Tensor run(LoopContext& ctx, const Batch& batch, int64_t batch_idx, bool window_end) override;
+  void run_padding(LoopContext& ctx, bool window_end) override;
+
+ protected:
+  void backward(LoopContext& ctx, const torch::Tensor& scaled_loss);
+  void optimizer_step(LoopContext& ctx);
+};
+
+// Gradient clipping as Lightning does it (after backward, before the step).
+void clip_gradients(torch::optim::Optimizer& optimizer, double clip_val, GradientClipAlgorithm algorithm);
+
+// Runs the per-step LR scheduler if its frequency says so.
+void step_scheduler(OptimizerConfig& config, Interval interval, int64_t counter);
+
+}  // namespace lt

@@ -1,0 +1,14 @@
+#include "loops/optimization/manual.h"
+
+namespace lt {
+
+torch::Tensor ManualOptimization::run(LoopContext& ctx, const Batch& batch, int64_t batch_idx, bool /*window_end*/) {
+  torch::Tensor out = ctx.strategy.training_step(ctx.module, batch, batch_idx);
+  return out.defined() ? out.detach() : out;
+}
+
+void ManualOptimization::run_padding(LoopContext& /*ctx*/, bool /*window_end*/) {
+  // Nothing to pad: manual optimization has no accumulation windows of ours.
+}
+
+}  // namespace lt

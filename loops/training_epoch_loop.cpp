@@ -1,0 +1,76 @@
+#include "loops/training_epoch_loop.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "trainer/check.h"
+
+namespace lt {
+
+TrainingEpochLoop::TrainingEpochLoop()
+    : automatic_(std::make_shared<AutomaticOptimization>()),
+      manual_(std::make_shared<ManualOptimization>()),
+      val_loop_(std::make_shared<EvaluationLoop>()) {}
+
+int64_t TrainingEpochLoop::val_check_batch(const TrainerOptions& options, int64_t n) {
+  const FractionOrCount& interval = options.val_check_interval();
+  if (interval.is_count()) return std::max<int64_t>(1, interval.count());
+  return std::max<int64_t>(1, static_cast<int64_t>(std::floor(static_cast<double>(n) * interval.fraction())));
+}
+
+bool TrainingEpochLoop::max_steps_reached(const LoopContext& ctx) const {
+  return ctx.options.max_steps() >= 0 && ctx.state.global_step >= ctx.options.max_steps();
+}
+
+void TrainingEpochLoop::run_validation(LoopContext& ctx, DataLoader& val) {
+  const int64_t limit = ctx.options.limit_val_batches().apply(val.size());
+  if (limit <= 0 || !ctx.module.has_validation_step()) return;
+  val_loop_->run(ctx, val, Stage::kValidate, limit);
+}
+
+void TrainingEpochLoop::run(LoopContext& ctx, DataLoader& train, DataLoader* val) {
+  const int64_t n = ctx.options.limit_train_batches().apply(train.size());
+  const int64_t k = ctx.options.accumulate_grad_batches();
+  ctx.state.num_training_batches = n;
+  const bool validate_this_epoch =
+      val != nullptr && (ctx.state.current_epoch + 1) % ctx.options.check_val_every_n_epoch() == 0;
+  const int64_t val_every = val_check_batch(ctx.options, n);
+  OptimizationLoop& optimization = ctx.module.automatic_optimization() ? *automatic_ : *manual_;
+  ResultCollection& results = ctx.use_results(Stage::kTrain, true);
+
+  auto epoch = ctx.strategy.training_epoch_context(ctx.module, EpochPlan{n, k});
+  const int64_t iterations = epoch->num_iterations();
+  bool validated_at_end = false;
+  for (int64_t it = 0; it < iterations; ++it) {
+    const bool window_end = (it + 1) % k == 0 || it + 1 == iterations;
+    auto guard = epoch->batch(it, window_end);
+    if (it >= n) {
+      optimization.run_padding(ctx, window_end);
+      continue;
+    }
+    ctx.state.batch_idx = it;
+    Batch batch = train.get(it);
+    batch.data = batch.data.to(ctx.strategy.root_device());
+    if (batch.target.defined()) batch.target = batch.target.to(ctx.strategy.root_device());
+    results.set_current_batch_size(batch.data.size(0));
+    ctx.hooks.call(&Callback::on_train_batch_start, batch, it);
+    ctx.module.on_train_batch_start(batch, it);
+    torch::Tensor loss = optimization.run(ctx, batch, it, window_end);
+    guard.reset();
+    ctx.module.on_train_batch_end(loss, batch, it);
+    ctx.hooks.call(&Callback::on_train_batch_end, loss, batch, it);
+    const auto step_metrics = results.take_step_metrics(true);
+    if (window_end && ctx.state.global_step % ctx.options.log_every_n_steps() == 0) ctx.log_metrics(step_metrics);
+
+    const bool val_check = validate_this_epoch && (it + 1) % val_every == 0;
+    if (val_check && it + 1 < n) run_validation(ctx, *val);
+    if (val_check && it + 1 == n) validated_at_end = true;
+    // Under a strategy that pads, stopping early leaves this rank's
+    // remaining iterations to the epoch context (Join shadows them).
+    if (max_steps_reached(ctx) || ctx.state.should_stop) break;
+  }
+  epoch->finish();
+  if (validated_at_end) run_validation(ctx, *val);
+}
+
+}  // namespace lt

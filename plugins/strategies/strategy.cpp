@@ -1,0 +1,30 @@
+#include "plugins/strategies/strategy.h"
+
+#include "trainer/lightning_module.h"
+
+namespace lt {
+
+void Strategy::setup(LightningModule& module) { module.to(root_device()); }
+
+torch::Tensor Strategy::training_step(LightningModule& module, const Batch& batch, int64_t batch_idx) {
+  return module.training_step(batch, batch_idx);
+}
+
+void Strategy::backward(const torch::Tensor& loss, LightningModule& /*module*/) { loss.backward(); }
+
+void Strategy::optimizer_step(torch::optim::Optimizer& optimizer) { optimizer.step(); }
+
+std::unique_ptr<TrainingEpochContext> Strategy::training_epoch_context(LightningModule& /*module*/,
+                                                                       const EpochPlan& plan) {
+  return std::make_unique<TrainingEpochContext>(plan);
+}
+
+torch::Tensor Strategy::reduce(const torch::Tensor& tensor, ReduceOp /*op*/) { return tensor; }
+
+torch::Tensor Strategy::all_gather(const torch::Tensor& tensor) { return tensor.unsqueeze(0); }
+
+torch::Tensor Strategy::broadcast(const torch::Tensor& tensor, int64_t /*src*/) { return tensor; }
+
+bool Strategy::reduce_boolean_decision(bool decision, bool /*all*/) { return decision; }
+
+}  // namespace lt

@@ -1,0 +1,146 @@
+#include "trainer/checkpoint.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+
+#include "trainer/check.h"
+#include "trainer/trainer.h"
+
+namespace lt {
+
+c10::Dict<std::string, torch::Tensor> module_state_dict(const torch::nn::Module& module) {
+  c10::Dict<std::string, torch::Tensor> out;
+  for (const auto& p : module.named_parameters(/*recurse=*/true)) out.insert(p.key(), p.value().detach());
+  for (const auto& b : module.named_buffers(/*recurse=*/true)) out.insert(b.key(), b.value().detach());
+  return out;
+}
+
+void load_module_state_dict(torch::nn::Module& module, const c10::Dict<std::string, torch::Tensor>& state,
+                            bool strict) {
+  torch::NoGradGuard no_grad;
+  std::vector<std::string> missing;
+  size_t matched = 0;
+  auto copy_into = [&](const std::string& name, torch::Tensor& target) {
+    auto it = state.find(name);
+    if (it == state.end()) {
+      missing.push_back(name);
+      return;
+    }
+    const torch::Tensor& source = it->value();
+    LT_CHECK_VALUE(source.sizes() == target.sizes(), "state_dict: '", name, "' has shape ", source.sizes(),
+                   " but the module expects ", target.sizes());
+    target.copy_(source);
+    ++matched;
+  };
+  for (auto& p : module.named_parameters(true)) copy_into(p.key(), p.value());
+  for (auto& b : module.named_buffers(true)) copy_into(b.key(), b.value());
+  if (strict) {
+    LT_CHECK_VALUE(missing.empty(), "state_dict: missing key(s) ", c10::Join(", ", missing));
+    LT_CHECK_VALUE(matched == state.size(), "state_dict: ", state.size() - matched,
+                   " unexpected key(s) not in the module");
+  }
+}
+
+void atomic_pickle_save(const c10::IValue& value, const std::string& path) {
+  const std::vector<char> bytes = torch::pickle_save(value);
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    LT_CHECK(out.good(), "cannot write checkpoint '", tmp, "'");
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    out.flush();
+    LT_CHECK(out.good(), "writing checkpoint '", tmp, "' failed");
+  }
+  ::chmod(tmp.c_str(), 0644);
+  // fsync so that the rename never exposes a file whose data is not on disk.
+  if (FILE* f = std::fopen(tmp.c_str(), "rb")) {
+    ::fsync(fileno(f));
+    std::fclose(f);
+  }
+  LT_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename '", tmp, "' to '", path, "'");
+}
+
+c10::IValue pickle_load_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  LT_CHECK_VALUE(in.good(), "checkpoint '", path, "' does not exist or cannot be read");
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  try {
+    return torch::pickle_load(bytes);
+  } catch (const std::exception& e) {
+    throw ValueError(c10::str("checkpoint '", path, "' is truncated or corrupt (", bytes.size(),
+                              " bytes): ", std::string(e.what()).substr(0, 200)));
+  }
+}
+
+torch::Tensor optimizer_to_bytes(torch::optim::Optimizer& optimizer) {
+  torch::serialize::OutputArchive archive;
+  optimizer.save(archive);
+  std::ostringstream os;
+  archive.save_to(os);
+  const std::string s = os.str();
+  return torch::from_blob(const_cast<char*>(s.data()), {static_cast<int64_t>(s.size())}, torch::kUInt8).clone();
+}
+
+void optimizer_from_bytes(torch::optim::Optimizer& optimizer, const torch::Tensor& bytes) {
+  const auto contiguous = bytes.contiguous();
+  std::istringstream is(std::string(static_cast<const char*>(contiguous.data_ptr()), contiguous.numel()));
+  torch::serialize::InputArchive archive;
+  archive.load_from(is);
+  optimizer.load(archive);
+}
+
+StateDict Trainer::dump_checkpoint() {
+  LT_CHECK(module_ != nullptr, "Trainer::dump_checkpoint: no module is attached (call it during a run)");
+  StateDict ckpt = new_state_dict();
+  ckpt.insert("state_dict", module_state_dict(*module_));
+  ckpt.insert("epoch", state_.epoch_ended ? state_.current_epoch + 1 : state_.current_epoch);
+  ckpt.insert("global_step", state_.global_step);
+  if (optim_.optimizer) ckpt.insert("optimizer", optimizer_to_bytes(*optim_.optimizer));
+  if (optim_.lr_scheduler) ckpt.insert("lr_scheduler", optim_.lr_scheduler->state_dict());
+  StateDict callbacks = new_state_dict();
+  for (const auto& cb : options_.callbacks()) callbacks.insert(cb->state_key(), cb->state_dict());
+  ckpt.insert("callbacks", callbacks);
+  c10::Dict<std::string, std::string> hparams;
+  for (const auto& [k, v] : module_->hparams()) hparams.insert(k, v);
+  ckpt.insert("hparams", hparams);
+  ckpt.insert("lightning_cpp_version", std::string("0.1.0"));
+  module_->on_save_checkpoint(ckpt);
+  return ckpt;
+}
+
+void Trainer::save_checkpoint(const std::string& path) {
+  StateDict ckpt = dump_checkpoint();
+  if (strategy_->is_global_zero()) atomic_pickle_save(ckpt, path);
+  strategy_->barrier("save_checkpoint");
+}
+
+void Trainer::restore_checkpoint(const std::string& path) {
+  LT_CHECK(module_ != nullptr, "Trainer::restore_checkpoint: no module is attached");
+  c10::IValue loaded = pickle_load_file(path);
+  LT_CHECK_VALUE(loaded.isGenericDict(), "checkpoint '", path, "' is not a lightning-cpp checkpoint (not a dict)");
+  auto raw = loaded.toGenericDict();
+  LT_CHECK_VALUE(raw.contains("state_dict") && raw.contains("epoch") && raw.contains("global_step"),
+                 "checkpoint '", path, "' lacks state_dict/epoch/global_step");
+  c10::Dict<std::string, torch::Tensor> weights;
+  for (const auto& kv : raw.at("state_dict").toGenericDict()) weights.insert(kv.key().toStringRef(), kv.value().toTensor());
+  load_module_state_dict(*module_, weights);
+  state_.current_epoch = raw.at("epoch").toInt();
+  state_.global_step = raw.at("global_step").toInt();
+  if (optim_.optimizer && raw.contains("optimizer")) optimizer_from_bytes(*optim_.optimizer, raw.at("optimizer").toTensor());
+  auto to_state = [](const c10::IValue& v) { return StateDict(v.toGenericDict()); };
+  if (optim_.lr_scheduler && raw.contains("lr_scheduler")) optim_.lr_scheduler->load_state_dict(to_state(raw.at("lr_scheduler")));
+  if (raw.contains("callbacks")) {
+    auto callbacks = raw.at("callbacks").toGenericDict();
+    for (const auto& cb : options_.callbacks()) {
+      if (callbacks.contains(cb->state_key())) cb->load_state_dict(to_state(callbacks.at(cb->state_key())));
+    }
+  }
+  module_->on_load_checkpoint(to_state(loaded));
+}
+
+}  // namespace lt

@@ -1,0 +1,33 @@
+#pragma once
+// Checkpoint file layout (one file, written with torch::pickle_save so that
+// Python's torch.load reads it):
+//   {"state_dict": {param/buffer name -> tensor},   # names as PyTorch uses them
+//    "epoch": int, "global_step": int,               # epoch = next epoch to run
+//    "optimizer": uint8 tensor (LibTorch optimizer archive),
+//    "lr_scheduler": {...}, "callbacks": {state_key -> {...}},
+//    "hparams": {str -> str}, "lightning_cpp_version": str}
+
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "trainer/types.h"
+
+namespace lt {
+
+// Parameters and buffers by their dotted names, like nn.Module.state_dict().
+c10::Dict<std::string, torch::Tensor> module_state_dict(const torch::nn::Module& module);
+// Copies tensors into the module's parameters and buffers; strict: every name must match.
+void load_module_state_dict(torch::nn::Module& module, const c10::Dict<std::string, torch::Tensor>& state,
+                            bool strict = true);
+
+// Writes `value` to `path` atomically: a temporary file beside it, then rename.
+void atomic_pickle_save(const c10::IValue& value, const std::string& path);
+c10::IValue pickle_load_file(const std::string& path);
+
+// Optimizer state as bytes (LibTorch's archive format) and back.
+torch::Tensor optimizer_to_bytes(torch::optim::Optimizer& optimizer);
+void optimizer_from_bytes(torch::optim::Optimizer& optimizer, const torch::Tensor& bytes);
+
+}  // namespace lt

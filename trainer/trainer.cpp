@@ -1,0 +1,190 @@
+#include "trainer/trainer.h"
+
+#include <algorithm>
+
+#include "trainer/check.h"
+
+namespace lt {
+
+struct Trainer::Run {
+  Run(Trainer& trainer, LightningModule& module, std::vector<std::shared_ptr<Callback>> callbacks, Logger* logger)
+      : hooks(trainer, module, std::move(callbacks)),
+        ctx{trainer.options_, trainer.state_, *trainer.strategy_, module, hooks, logger, trainer.results_,
+            &trainer.optim_} {}
+  CallbackHooks hooks;
+  LoopContext ctx;
+  Stage stage = Stage::kNone;
+};
+
+void seed_everything(uint64_t seed, bool deterministic) {
+  torch::manual_seed(seed);
+  if (deterministic) at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+}
+
+Trainer::Trainer(TrainerOptions options)
+    : options_(std::move(options)),
+      fit_loop_(std::make_shared<FitLoop>()),
+      evaluation_loop_(std::make_shared<EvaluationLoop>()),
+      prediction_loop_(std::make_shared<PredictionLoop>()) {
+  options_.validate();
+  strategy_ = options_.strategy();
+  if (!strategy_) {
+    strategy_ = std::make_shared<SingleDeviceStrategy>(options_.accelerator() == "cuda" ? torch::Device("cuda:0")
+                                                                                        : torch::Device("cpu"));
+  }
+}
+
+Trainer::~Trainer() = default;
+
+Strategy& Trainer::strategy() { return *strategy_; }
+
+bool Trainer::is_global_zero() { return strategy_->is_global_zero(); }
+
+std::string Trainer::log_dir() const {
+  if (options_.logger() && !options_.logger()->log_dir().empty()) return options_.logger()->log_dir();
+  return options_.default_root_dir();
+}
+
+std::shared_ptr<DataLoader> Trainer::prepare_loader(std::shared_ptr<DataLoader> loader, Stage stage) {
+  if (loader) strategy_->process_dataloader(*loader, stage, options_);
+  return loader;
+}
+
+std::unique_ptr<Trainer::Run> Trainer::begin(const std::shared_ptr<LightningModule>& module, Stage stage) {
+  LT_CHECK(module != nullptr, "Trainer: the module is null");
+  strategy_->setup_environment(options_);
+  if (options_.seed()) seed_everything(*options_.seed(), options_.deterministic());
+  module_ = module.get();
+
+  auto callbacks = options_.callbacks();
+  std::stable_sort(callbacks.begin(), callbacks.end(),
+                   [](const auto& a, const auto& b) { return a->priority() < b->priority(); });
+  Logger* logger = strategy_->is_global_zero() ? options_.logger().get() : nullptr;
+  auto run = std::make_unique<Run>(*this, *module, std::move(callbacks), logger);
+  run->stage = stage;
+
+  for (Stage s : {Stage::kTrain, Stage::kValidate, Stage::kTest}) {
+    results_[s].bind(&state_.callback_metrics, &state_.progress_bar_metrics);
+    results_[s].set_sync([this](const torch::Tensor& t, ReduceOp op) { return strategy_->reduce(t, op); });
+  }
+  module->attach(LightningModule::Runtime{&state_, strategy_.get(), &results_[Stage::kTrain], &optim_});
+  strategy_->setup(*module);
+  run->hooks.call(&Callback::setup, stage);
+  return run;
+}
+
+void Trainer::end(Run& run) {
+  run.hooks.call(&Callback::teardown, run.stage);
+  if (run.ctx.logger != nullptr) {
+    run.ctx.logger->save();
+    run.ctx.logger->finalize("success");
+  }
+  strategy_->teardown();
+  module_->detach();
+  module_ = nullptr;
+  state_.stage = Stage::kNone;
+}
+
+void Trainer::fit(const std::shared_ptr<LightningModule>& module, const std::shared_ptr<DataModule>& data,
+                  const std::string& ckpt_path) {
+  LT_CHECK(data != nullptr, "Trainer::fit: the data module is null");
+  if (strategy_->local_rank() == 0) data->prepare_data();
+  data->setup(Stage::kTrain);
+  fit(module, data->train_dataloader(), data->val_dataloader(), ckpt_path);
+}
+
+void Trainer::fit(const std::shared_ptr<LightningModule>& module, std::shared_ptr<DataLoader> train,
+                  std::shared_ptr<DataLoader> val, const std::string& ckpt_path) {
+  LT_CHECK(train != nullptr, "Trainer::fit: no training data (train_dataloader() returned null)");
+  auto run = begin(module, Stage::kTrain);
+  LoopContext& ctx = run->ctx;
+  prepare_loader(train, Stage::kTrain);
+  prepare_loader(val, Stage::kValidate);
+  optim_ = module->configure_optimizers();
+  LT_CHECK(optim_.optimizer != nullptr, "configure_optimizers() returned no optimizer");
+  optim_.frequency = std::max<int64_t>(optim_.frequency, 1);
+
+  FeatureSet features;
+  features.options = &options_;
+  features.module = module.get();
+  for (const auto& cb : run->hooks.callbacks()) features.callbacks.push_back(cb.get());
+  features.has_validation = val != nullptr && module->has_validation_step();
+  features.scheduler_per_step = optim_.lr_scheduler != nullptr && optim_.interval == Interval::kStep;
+  strategy_->check_features(features);
+
+  try {
+    run->hooks.call(&Callback::on_fit_start);
+    module->on_fit_start();
+    if (!ckpt_path.empty()) restore_checkpoint(ckpt_path);
+    if (ctx.logger != nullptr) {
+      HParams hp = module->hparams();
+      ctx.logger->log_hyperparams(hp);
+    }
+    fit_loop_->run(ctx, *train, val.get());
+    run->hooks.call(&Callback::on_fit_end);
+    module->on_fit_end();
+  } catch (const std::exception& e) {
+    run->hooks.call(&Callback::on_exception, e);
+    if (ctx.logger != nullptr) ctx.logger->finalize("failed");
+    strategy_->teardown();
+    module_->detach();
+    module_ = nullptr;
+    throw;
+  }
+  end(*run);
+}
+
+std::map<std::string, double> Trainer::evaluate(const std::shared_ptr<LightningModule>& module,
+                                                std::shared_ptr<DataLoader> loader, Stage stage) {
+  LT_CHECK(loader != nullptr, "Trainer::", stage_name(stage), ": no data (the ", stage_name(stage),
+           " dataloader is null)");
+  auto run = begin(module, stage);
+  prepare_loader(loader, stage);
+  const FractionOrCount& limit = stage == Stage::kTest ? options_.limit_test_batches() : options_.limit_val_batches();
+  auto metrics = evaluation_loop_->run(run->ctx, *loader, stage, limit.apply(loader->size()));
+  end(*run);
+  return metrics;
+}
+
+std::map<std::string, double> Trainer::validate(const std::shared_ptr<LightningModule>& module,
+                                                const std::shared_ptr<DataModule>& data) {
+  LT_CHECK(data != nullptr, "Trainer::validate: the data module is null");
+  data->setup(Stage::kValidate);
+  return validate(module, data->val_dataloader());
+}
+
+std::map<std::string, double> Trainer::validate(const std::shared_ptr<LightningModule>& module,
+                                                std::shared_ptr<DataLoader> val) {
+  return evaluate(module, std::move(val), Stage::kValidate);
+}
+
+std::map<std::string, double> Trainer::test(const std::shared_ptr<LightningModule>& module,
+                                            const std::shared_ptr<DataModule>& data) {
+  LT_CHECK(data != nullptr, "Trainer::test: the data module is null");
+  data->setup(Stage::kTest);
+  return test(module, data->test_dataloader());
+}
+
+std::map<std::string, double> Trainer::test(const std::shared_ptr<LightningModule>& module,
+                                            std::shared_ptr<DataLoader> test) {
+  return evaluate(module, std::move(test), Stage::kTest);
+}
+
+std::vector<torch::Tensor> Trainer::predict(const std::shared_ptr<LightningModule>& module,
+                                            const std::shared_ptr<DataModule>& data) {
+  LT_CHECK(data != nullptr, "Trainer::predict: the data module is null");
+  data->setup(Stage::kPredict);
+  return predict(module, data->predict_dataloader());
+}
+
+std::vector<torch::Tensor> Trainer::predict(const std::shared_ptr<LightningModule>& module,
+                                            std::shared_ptr<DataLoader> loader) {
+  LT_CHECK(loader != nullptr, "Trainer::predict: no data (the predict dataloader is null)");
+  auto run = begin(module, Stage::kPredict);
+  prepare_loader(loader, Stage::kPredict);
+  auto out = prediction_loop_->run(run->ctx, *loader, options_.limit_predict_batches().apply(loader->size()));
+  end(*run);
+  return out;
+}
+
+}  // namespace lt

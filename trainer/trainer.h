@@ -1,0 +1,107 @@
+#pragma once
+// lt::Trainer wires the parts of a run together: options, strategy,
+// callbacks, logger, loops. It holds the run's state in one RunState and
+// passes each loop a LoopContext; nothing else reaches into it.
+//
+//   auto model = std::make_shared<MyModule>();
+//   lt::Trainer trainer(lt::TrainerOptions().max_epochs(3));
+//   trainer.fit(model, datamodule);
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "callbacks/callback.h"
+#include "loggers/logger.h"
+#include "loops/evaluation_loop.h"
+#include "loops/fit_loop.h"
+#include "loops/prediction_loop.h"
+#include "plugins/strategies/strategy.h"
+#include "trainer/data_module.h"
+#include "trainer/lightning_module.h"
+#include "trainer/run_state.h"
+#include "trainer/trainer_options.h"
+
+namespace lt {
+
+class Trainer {
+ public:
+  explicit Trainer(TrainerOptions options = {});
+  ~Trainer();
+
+  void fit(const std::shared_ptr<LightningModule>& module, const std::shared_ptr<DataModule>& data,
+           const std::string& ckpt_path = {});
+  void fit(const std::shared_ptr<LightningModule>& module, std::shared_ptr<DataLoader> train,
+           std::shared_ptr<DataLoader> val = nullptr, const std::string& ckpt_path = {});
+  std::map<std::string, double> validate(const std::shared_ptr<LightningModule>& module,
+                                         const std::shared_ptr<DataModule>& data);
+  std::map<std::string, double> validate(const std::shared_ptr<LightningModule>& module,
+                                         std::shared_ptr<DataLoader> val);
+  std::map<std::string, double> test(const std::shared_ptr<LightningModule>& module,
+                                     const std::shared_ptr<DataModule>& data);
+  std::map<std::string, double> test(const std::shared_ptr<LightningModule>& module, std::shared_ptr<DataLoader> test);
+  std::vector<torch::Tensor> predict(const std::shared_ptr<LightningModule>& module,
+                                     const std::shared_ptr<DataModule>& data);
+  std::vector<torch::Tensor> predict(const std::shared_ptr<LightningModule>& module,
+                                     std::shared_ptr<DataLoader> loader);
+
+  // ModuleHolder overloads (TORCH_MODULE(Foo) users).
+  template <typename Impl, typename... Rest>
+  auto fit(const torch::nn::ModuleHolder<Impl>& holder, Rest&&... rest) {
+    return fit(std::static_pointer_cast<LightningModule>(holder.ptr()), std::forward<Rest>(rest)...);
+  }
+
+  // -- what callbacks and users read -------------------------------------------
+  const TrainerOptions& options() const { return options_; }
+  RunState& state() { return state_; }
+  const RunState& state() const { return state_; }
+  Strategy& strategy();
+  Logger* logger() const { return options_.logger().get(); }
+  const std::vector<std::shared_ptr<Callback>>& callbacks() const { return options_.callbacks(); }
+  const std::map<std::string, double>& callback_metrics() const { return state_.callback_metrics; }
+  int64_t current_epoch() const { return state_.current_epoch; }
+  int64_t global_step() const { return state_.global_step; }
+  bool is_global_zero();
+  void set_should_stop(bool stop) { state_.should_stop = stop; }
+  // default_root_dir, or the logger's folder when there is one.
+  std::string log_dir() const;
+  LightningModule* module() const { return module_; }
+  OptimizerConfig* optimizer_config() { return optim_.optimizer ? &optim_ : nullptr; }
+
+  // -- checkpoints (trainer/checkpoint.cpp) ------------------------------------
+  // Everything a resume needs; see trainer/checkpoint.h for the layout.
+  StateDict dump_checkpoint();
+  void save_checkpoint(const std::string& path);
+  void restore_checkpoint(const std::string& path);
+
+  // -- loops (replaceable) -----------------------------------------------------
+  FitLoop& fit_loop() { return *fit_loop_; }
+  void set_fit_loop(std::shared_ptr<FitLoop> loop) { fit_loop_ = std::move(loop); }
+  void set_evaluation_loop(std::shared_ptr<EvaluationLoop> loop) { evaluation_loop_ = std::move(loop); }
+  void set_prediction_loop(std::shared_ptr<PredictionLoop> loop) { prediction_loop_ = std::move(loop); }
+
+ private:
+  struct Run;
+  // Common set-up of fit/validate/test/predict; returns the run's loop context parts.
+  std::unique_ptr<Run> begin(const std::shared_ptr<LightningModule>& module, Stage stage);
+  void end(Run& run);
+  std::shared_ptr<DataLoader> prepare_loader(std::shared_ptr<DataLoader> loader, Stage stage);
+  std::map<std::string, double> evaluate(const std::shared_ptr<LightningModule>& module,
+                                         std::shared_ptr<DataLoader> loader, Stage stage);
+
+  TrainerOptions options_;
+  std::shared_ptr<Strategy> strategy_;
+  RunState state_;
+  LightningModule* module_ = nullptr;
+  OptimizerConfig optim_;
+  std::map<Stage, ResultCollection> results_;
+  std::shared_ptr<FitLoop> fit_loop_;
+  std::shared_ptr<EvaluationLoop> evaluation_loop_;
+  std::shared_ptr<PredictionLoop> prediction_loop_;
+};
+
+// Seeds torch's global generator (and sets deterministic algorithms if asked).
+void seed_everything(uint64_t seed, bool deterministic = false);
+
+}  // namespace lt

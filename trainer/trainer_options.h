@@ -1,0 +1,67 @@
+#pragma once
+// lt::TrainerOptions: Lightning's Trainer arguments as a LibTorch-style
+// options struct, e.g. lt::TrainerOptions().max_epochs(10).accumulate_grad_batches(4).
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/arg.h>
+
+#include "trainer/types.h"
+
+namespace lt {
+
+class Callback;
+class Logger;
+class Strategy;
+
+enum class GradientClipAlgorithm { kNorm, kValue };
+
+// What the DDP strategy does when ranks would get different numbers of batches.
+enum class UnevenInputs {
+  kJoin,   // no padding; Join keeps the collectives matched (see plugins/join)
+  kPad,    // PyTorch DistributedSampler padding: repeat samples so shards are even
+  kError,  // refuse before training if shard sizes differ
+};
+
+struct TrainerOptions {
+  // -1 with max_steps == -1 means 1000 epochs, as in Lightning.
+  TORCH_ARG(int64_t, max_epochs) = -1;
+  TORCH_ARG(int64_t, max_steps) = -1;
+  TORCH_ARG(int64_t, accumulate_grad_batches) = 1;
+  // 0 disables clipping.
+  TORCH_ARG(double, gradient_clip_val) = 0.0;
+  TORCH_ARG(GradientClipAlgorithm, gradient_clip_algorithm) = GradientClipAlgorithm::kNorm;
+  // A fraction of the training epoch, or a number of training batches.
+  TORCH_ARG(FractionOrCount, val_check_interval) = 1.0;
+  TORCH_ARG(int64_t, check_val_every_n_epoch) = 1;
+  TORCH_ARG(FractionOrCount, limit_train_batches) = 1.0;
+  TORCH_ARG(FractionOrCount, limit_val_batches) = 1.0;
+  TORCH_ARG(FractionOrCount, limit_test_batches) = 1.0;
+  TORCH_ARG(FractionOrCount, limit_predict_batches) = 1.0;
+  TORCH_ARG(int64_t, num_sanity_val_steps) = 2;
+  TORCH_ARG(std::optional<uint64_t>, seed) = std::nullopt;
+  TORCH_ARG(bool, deterministic) = false;
+  TORCH_ARG(std::string, default_root_dir) = ".";
+  TORCH_ARG(std::vector<std::shared_ptr<Callback>>, callbacks) = {};
+  TORCH_ARG(std::shared_ptr<Logger>, logger) = nullptr;
+  // nullptr: single device ("cpu", or "cuda:0" with accelerator "cuda").
+  TORCH_ARG(std::shared_ptr<Strategy>, strategy) = nullptr;
+  TORCH_ARG(std::string, accelerator) = "cpu";
+  TORCH_ARG(int64_t, devices) = 1;
+  TORCH_ARG(int64_t, num_nodes) = 1;
+  TORCH_ARG(UnevenInputs, uneven_inputs) = UnevenInputs::kJoin;
+  TORCH_ARG(int64_t, log_every_n_steps) = 50;
+  TORCH_ARG(bool, enable_progress_bar) = true;
+
+
+ public:
+  // Checks every value; throws lt::ValueError naming the option and the valid range.
+  void validate() const;
+};
+
+}  // namespace lt
