@@ -1,0 +1,189 @@
+#include "plugins/launchers/subprocess_script.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#include "trainer/check.h"
+
+extern char** environ;
+
+namespace lt {
+
+namespace {
+
+std::atomic<int> g_forward_signal{0};
+std::atomic<int> g_signal_count{0};
+
+void on_signal(int sig) {
+  g_forward_signal.store(sig);
+  g_signal_count.fetch_add(1);
+}
+
+std::vector<std::string> merged_environment(const std::map<std::string, std::string>& extra) {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const char* eq = std::strchr(*e, '=');
+    if (eq != nullptr) env[std::string(*e, static_cast<size_t>(eq - *e))] = eq + 1;
+  }
+  for (const auto& [k, v] : extra) env[k] = v;
+  std::vector<std::string> out;
+  for (const auto& [k, v] : env) out.push_back(k + "=" + v);
+  return out;
+}
+
+pid_t spawn(const WorkerSpec& spec) {
+  LT_CHECK(!spec.argv.empty(), "launch: a worker has an empty argv");
+  // Everything the child needs is prepared before fork: after fork only
+  // async-signal-safe calls are allowed in a multi-threaded parent.
+  std::vector<std::string> env_strings = merged_environment(spec.env);
+  std::vector<char*> argv, envp;
+  for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  int out_fd = -1;
+  if (!spec.output_path.empty()) {
+    out_fd = ::open(spec.output_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    LT_CHECK(out_fd >= 0, "launch: cannot open worker log '", spec.output_path, "': ", std::strerror(errno));
+  }
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  LT_CHECK(pid >= 0, "launch: fork failed: ", std::strerror(errno));
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);  // the supervisor died before prctl
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    ::sigaction(SIGINT, &dfl, nullptr);
+    ::sigaction(SIGTERM, &dfl, nullptr);
+    if (out_fd >= 0) {
+      ::dup2(out_fd, STDOUT_FILENO);
+      ::dup2(out_fd, STDERR_FILENO);
+    }
+    ::execve(argv[0], argv.data(), envp.data());
+    ::_exit(127);
+  }
+  if (out_fd >= 0) ::close(out_fd);
+  return pid;
+}
+
+}  // namespace
+
+std::string WorkerExit::describe() const {
+  std::ostringstream os;
+  if (timed_out) os << "timed out and was killed";
+  else if (terminated) os << "was terminated after another worker failed";
+  else if (signal != 0) os << "was killed by signal " << signal << " (" << ::strsignal(signal) << ")";
+  else os << "exited with code " << exit_code;
+  return os.str();
+}
+
+void install_forwarding_signal_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+}
+
+std::vector<WorkerExit> launch_and_wait(const std::vector<WorkerSpec>& workers, const LaunchOptions& options) {
+  std::vector<pid_t> pids;
+  std::vector<WorkerExit> exits(workers.size());
+  std::vector<bool> running(workers.size(), false);
+  for (const auto& spec : workers) {
+    pids.push_back(spawn(spec));
+    running[pids.size() - 1] = true;
+  }
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  std::optional<Clock::time_point> kill_at;  // set once we started terminating
+  size_t alive = workers.size();
+  int forwarded_count = 0;
+  auto terminate_all = [&](int sig) {
+    for (size_t i = 0; i < pids.size(); ++i) {
+      if (running[i]) ::kill(pids[i], sig);
+    }
+  };
+  while (alive > 0) {
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      for (size_t i = 0; i < pids.size(); ++i) {
+        if (pids[i] != pid || !running[i]) continue;
+        running[i] = false;
+        --alive;
+        if (WIFEXITED(status)) exits[i].exit_code = WEXITSTATUS(status);
+        if (WIFSIGNALED(status)) exits[i].signal = WTERMSIG(status);
+        if (!exits[i].ok() && !kill_at && !exits[i].terminated) {
+          for (size_t j = 0; j < pids.size(); ++j) exits[j].terminated = running[j];
+          terminate_all(SIGTERM);
+          kill_at = Clock::now() + options.grace;
+        }
+      }
+      continue;
+    }
+    const int signals = g_signal_count.load();
+    if (signals > forwarded_count) {
+      // First signal: forward it (workers stop at a step boundary); second: kill.
+      terminate_all(signals >= 2 ? SIGKILL : g_forward_signal.load());
+      forwarded_count = signals;
+      if (!kill_at) kill_at = Clock::now() + options.grace * 10;
+    }
+    const auto now = Clock::now();
+    if (options.timeout.count() > 0 && now - start > options.timeout && !kill_at) {
+      for (size_t i = 0; i < pids.size(); ++i) exits[i].timed_out = running[i];
+      terminate_all(SIGTERM);
+      kill_at = now + options.grace;
+    }
+    if (kill_at && now > *kill_at) terminate_all(SIGKILL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return exits;
+}
+
+std::string self_executable() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  LT_CHECK(n > 0, "cannot read /proc/self/exe: ", std::strerror(errno));
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+std::vector<std::string> self_argv() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::vector<std::string> out;
+  std::string arg;
+  while (std::getline(in, arg, '\0')) out.push_back(arg);
+  if (!out.empty()) out[0] = self_executable();
+  return out;
+}
+
+int find_free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  LT_CHECK(fd >= 0, "find_free_port: socket failed: ", std::strerror(errno));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  LT_CHECK(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0, "find_free_port: bind failed: ",
+           std::strerror(errno));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+}  // namespace lt

@@ -1,0 +1,49 @@
+#pragma once
+// Starting worker processes and watching them (Lightning's
+// _SubprocessScriptLauncher, but the parent only supervises): each worker is
+// a fresh exec of a program with its own environment. If any worker fails or
+// the timeout passes, the others are terminated (SIGTERM, then SIGKILL after
+// a grace period), so a failure never leaves ranks hanging in a collective.
+// Workers get PR_SET_PDEATHSIG, so they also die if the supervisor is killed.
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace lt {
+
+struct WorkerSpec {
+  std::vector<std::string> argv;             // argv[0] is the program path
+  std::map<std::string, std::string> env;    // added to (and overriding) this process's environment
+  std::string output_path;                   // stdout+stderr go here; empty: inherited
+};
+
+struct WorkerExit {
+  int exit_code = -1;     // valid if signal == 0
+  int signal = 0;         // the signal that ended it, if any
+  bool timed_out = false; // still running at the timeout, then killed
+  bool terminated = false; // killed by the supervisor because another worker failed
+  bool ok() const { return signal == 0 && exit_code == 0 && !timed_out; }
+  std::string describe() const;
+};
+
+struct LaunchOptions {
+  std::chrono::milliseconds timeout{0};  // 0: no limit
+  std::chrono::milliseconds grace{3000}; // SIGTERM to SIGKILL
+};
+
+// Starts every worker, waits for all of them, and returns how each ended.
+std::vector<WorkerExit> launch_and_wait(const std::vector<WorkerSpec>& workers, const LaunchOptions& options);
+
+// The running program's path and arguments (from /proc/self).
+std::string self_executable();
+std::vector<std::string> self_argv();
+// A TCP port on 127.0.0.1 that was free a moment ago.
+int find_free_port();
+
+// Signals the launcher forwards to its workers (SIGINT/SIGTERM) while
+// launch_and_wait runs; the second one kills them at once.
+void install_forwarding_signal_handlers();
+
+}  // namespace lt

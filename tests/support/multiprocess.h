@@ -1,0 +1,52 @@
+#pragma once
+// Multi-process tests: a test starts N processes of its own test binary, each
+// running a named worker function with RANK/WORLD_SIZE/LOCAL_RANK and
+// MASTER_ADDR=127.0.0.1/MASTER_PORT=<free port> set as torchrun would, and
+// bounded by a timeout (lt::launch_and_wait kills the rest when one fails).
+//
+//   LT_TEST_WORKER(TwoRankAllreduce) { ...; return 0; }   // runs in the workers
+//   TEST(Ddp, X) { auto r = lt::testing::run_workers("TwoRankAllreduce", 2); EXPECT_TRUE(r.ok()) << r.summary(); }
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "plugins/launchers/subprocess_script.h"
+
+namespace lt::testing {
+
+using WorkerFn = std::function<int()>;
+bool register_worker(const std::string& name, WorkerFn fn);
+// Called by the test main: runs the worker named by LT_TEST_WORKER, if any.
+bool is_worker_process();
+int run_requested_worker();
+
+struct WorkersResult {
+  std::vector<WorkerExit> exits;
+  std::vector<std::string> outputs;  // each rank's stdout+stderr
+  bool ok() const;
+  std::string summary() const;       // per rank: how it ended and the tail of its output
+};
+
+struct WorkerOptions {
+  std::chrono::seconds timeout{60};
+  std::map<std::string, std::string> env;  // extra environment (e.g. per-test parameters)
+  // Per-rank extra environment; index = rank.
+  std::vector<std::map<std::string, std::string>> rank_env;
+};
+
+WorkersResult run_workers(const std::string& name, int world_size, const WorkerOptions& options = {});
+
+// Helpers for worker bodies.
+int env_int(const char* name, int fallback = 0);
+std::string env_str(const char* name, const std::string& fallback = {});
+
+}  // namespace lt::testing
+
+#define LT_TEST_WORKER(name)                                                                         \
+  static int lt_test_worker_##name();                                                                \
+  static const bool lt_test_worker_registered_##name =                                               \
+      ::lt::testing::register_worker(#name, lt_test_worker_##name);                                  \
+  static int lt_test_worker_##name()
