@@ -1,0 +1,102 @@
+#pragma once
+// Join for uneven inputs, with the semantics of PyTorch's
+// torch.distributed.algorithms.join (1.13). Facts, not code, carried over.
+//
+// Per iteration, in this order:
+//   active rank : the first Joinable calls Join::notify_join_context() at the
+//                 start of its iteration -> allreduce(ones(1)) (async, the
+//                 "heartbeat"); with throw_on_early_termination also a
+//                 blocking allreduce(zeros(1)): a non-zero sum means some rank
+//                 ran out, and every active rank throws EarlyTerminationError.
+//                 Then the Joinable's own collectives (DDP: buffers, grad-sync
+//                 flag, gradient buckets...).
+//   joined rank : Join::join() loops: allreduce(zeros(1)) (matches the
+//                 heartbeat; the sum is the number of active ranks); if 0,
+//                 every rank has joined and the loop ends; otherwise with
+//                 throw_on_early_termination allreduce(ones(1)) (matches the
+//                 active ranks' check) and throw; otherwise run every JoinHook's
+//                 main_hook(), which shadows the Joinable's collectives of one
+//                 iteration, in the same order.
+//   after all joined: every JoinHook's post_hook(is_last_joiner), where
+//                 is_last_joiner is true on the ranks that never ran a main hook.
+// A warning is printed once if a joined rank shadows more than 1000 iterations.
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/torch.h>
+
+#include "trainer/check.h"
+
+namespace lt {
+
+class JoinHook {
+ public:
+  virtual ~JoinHook() = default;
+  // Shadows the collectives of one iteration of an active rank.
+  virtual void main_hook() {}
+  // After all ranks joined (e.g. DDP broadcasts the final model from the last joiner).
+  virtual void post_hook(bool /*is_last_joiner*/) {}
+};
+
+struct JoinConfig {
+  bool enable = false;
+  bool throw_on_early_termination = false;
+  bool is_first_joinable = false;
+};
+
+class Joinable {
+ public:
+  virtual ~Joinable() = default;
+  virtual std::unique_ptr<JoinHook> join_hook() = 0;
+  virtual torch::Device join_device() const = 0;
+  virtual c10::intrusive_ptr<c10d::ProcessGroup> join_process_group() const = 0;
+  const JoinConfig& join_config() const { return join_config_; }
+  // Set by Join for the duration of the context.
+  void set_join_config(const JoinConfig& config) { join_config_ = config; }
+
+ private:
+  JoinConfig join_config_;
+};
+
+// Thrown on every rank with throw_on_early_termination once any rank ran out of inputs.
+class EarlyTerminationError : public Error {
+ public:
+  using Error::Error;
+};
+
+class Join {
+ public:
+  // Like `with Join(joinables, enable, throw_on_early_termination):` entering.
+  Join(std::vector<Joinable*> joinables, bool enable = true, bool throw_on_early_termination = false);
+  // Resets the joinables' configs; issues no collective (an exception
+  // propagating through the epoch leaves Join without shadowing, as in PyTorch).
+  ~Join();
+  Join(const Join&) = delete;
+  Join& operator=(const Join&) = delete;
+
+  // Leaving the context normally: shadow until every rank joined, then post hooks.
+  void join();
+
+  // Called by a Joinable at the start of each of its iterations; returns the
+  // heartbeat's Work (null if this is not the first joinable or Join is off).
+  static c10::intrusive_ptr<c10d::Work> notify_join_context(Joinable& joinable);
+
+  static constexpr int64_t kWarnThreshold = 1000;
+
+ private:
+  int64_t num_nonjoined_procs();
+  [[noreturn]] void notify_procs_to_terminate();
+
+  std::vector<Joinable*> joinables_;
+  std::vector<std::unique_ptr<JoinHook>> hooks_;
+  bool enable_;
+  bool throw_on_early_termination_;
+  c10::intrusive_ptr<c10d::ProcessGroup> process_group_;
+  torch::Device device_{torch::kCPU};
+  int64_t rank_ = 0;
+};
+
+}  // namespace lt
