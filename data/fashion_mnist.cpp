@@ -26,11 +26,13 @@ std::vector<uint8_t> read_maybe_gzip(const std::string& path) {
   std::vector<uint8_t> chunk(1 << 20);
   while (true) {
     const int n = gzread(f, chunk.data(), static_cast<unsigned>(chunk.size()));
-    if (n < 0) {
-      int errnum = 0;
-      const std::string msg = gzerror(f, &errnum);
+    int errnum = Z_OK;
+    const char* msg = gzerror(f, &errnum);
+    // A stream cut short reads as end-of-file with Z_BUF_ERROR set.
+    if (n < 0 || (errnum != Z_OK && errnum != Z_STREAM_END)) {
+      const std::string text = msg;
       gzclose(f);
-      throw ValueError(c10::str("IDX file '", path, "' is corrupt (gzip: ", msg, ")"));
+      throw ValueError(c10::str("IDX file '", path, "' is corrupt (gzip: ", text, ")"));
     }
     if (n == 0) break;
     out.insert(out.end(), chunk.begin(), chunk.begin() + n);

@@ -1,8 +1,379 @@
+// Core trainer behaviour on one process: parity with a hand-written LibTorch
+// loop, hook order, step/batch limits, validation cadence, replaceable loops.
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "tests/support/seeding.h"
+#include "trainer/check.h"
 #include "trainer/trainer.h"
+
+namespace {
+
+using lt::Batch;
 
 struct TrainerTest : lt::testing::SeedingFixture {};
 
-TEST_F(TrainerTest, Placeholder) { SUCCEED(); }
+// y = x·w + noise, 4 features.
+std::shared_ptr<lt::TensorDataset> regression_data(int64_t n, uint64_t seed = 7) {
+  auto gen = at::detail::createCPUGenerator(seed);
+  auto x = torch::randn({n, 4}, gen);
+  auto y = x.matmul(torch::tensor({{1.0f}, {-2.0f}, {0.5f}, {3.0f}})) + 0.1 * torch::randn({n, 1}, gen);
+  return std::make_shared<lt::TensorDataset>(x, y);
+}
+
+class Regressor : public lt::LightningModule {
+ public:
+  explicit Regressor(double lr = 0.05) : lr_(lr) {
+    fc1 = register_module("fc1", torch::nn::Linear(4, 8));
+    fc2 = register_module("fc2", torch::nn::Linear(8, 1));
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return fc2(torch::tanh(fc1(x))); }
+  torch::Tensor training_step(const Batch& batch, int64_t) override {
+    ++training_steps;
+    auto loss = torch::mse_loss(forward(batch.data), batch.target);
+    log("loss", loss);
+    return loss;
+  }
+  void validation_step(const Batch& batch, int64_t) override {
+    ++validation_steps;
+    log("val_loss", torch::mse_loss(forward(batch.data), batch.target));
+  }
+  lt::OptimizerConfig configure_optimizers() override {
+    return std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(lr_).momentum(0.9));
+  }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+  int64_t training_steps = 0;
+  int64_t validation_steps = 0;
+  double lr_;
+};
+
+std::shared_ptr<lt::DataLoader> loader(std::shared_ptr<lt::TensorDataset> data, int64_t batch_size) {
+  return std::make_shared<lt::DataLoader>(std::move(data), lt::DataLoaderOptions(batch_size));
+}
+
+// The reference: what a user writes by hand in LibTorch.
+void hand_written_fit(Regressor& model, const lt::TensorDataset& data, int64_t batch_size, int64_t epochs,
+                      int64_t accumulate, double clip_norm) {
+  torch::optim::SGD optimizer(model.parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+  const int64_t n = data.size(), batches = (n + batch_size - 1) / batch_size;
+  for (int64_t epoch = 0; epoch < epochs; ++epoch) {
+    for (int64_t i = 0; i < batches; ++i) {
+      auto x = data.data().slice(0, i * batch_size, std::min(n, (i + 1) * batch_size));
+      auto y = data.targets().slice(0, i * batch_size, std::min(n, (i + 1) * batch_size));
+      auto loss = torch::mse_loss(model.forward(x), y) / static_cast<double>(accumulate);
+      loss.backward();
+      if ((i + 1) % accumulate == 0 || i + 1 == batches) {
+        if (clip_norm > 0) torch::nn::utils::clip_grad_norm_(model.parameters(), clip_norm);
+        optimizer.step();
+        optimizer.zero_grad();
+      }
+    }
+  }
+}
+
+void expect_same_parameters(Regressor& a, Regressor& b) {
+  auto pa = a.named_parameters(), pb = b.named_parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (const auto& p : pa) {
+    EXPECT_TRUE(torch::equal(p.value(), pb[p.key()])) << p.key() << "\n" << p.value() << "\nvs\n" << pb[p.key()];
+  }
+}
+
+struct ParityCase {
+  int64_t accumulate;
+  double clip;
+};
+
+class TrainerParity : public TrainerTest, public ::testing::WithParamInterface<ParityCase> {};
+
+TEST_P(TrainerParity, MatchesHandWrittenLoopStepForStep) {
+  const auto [accumulate, clip] = GetParam();
+  auto data = regression_data(22);  // 6 batches of 4: the last one is short
+  torch::manual_seed(1);
+  auto model = std::make_shared<Regressor>();
+  torch::manual_seed(1);
+  Regressor reference;
+  expect_same_parameters(*model, reference);
+
+  lt::Trainer trainer(lt::TrainerOptions().max_epochs(3).accumulate_grad_batches(accumulate).gradient_clip_val(clip));
+  trainer.fit(model, loader(data, 4));
+  hand_written_fit(reference, *data, 4, 3, accumulate, clip);
+
+  expect_same_parameters(*model, reference);
+  const int64_t steps_per_epoch = (6 + accumulate - 1) / accumulate;
+  EXPECT_EQ(trainer.global_step(), 3 * steps_per_epoch);
+  EXPECT_EQ(model->training_steps, 18);
+}
+
+INSTANTIATE_TEST_SUITE_P(AccumulateAndClip, TrainerParity,
+                         ::testing::Values(ParityCase{1, 0.0}, ParityCase{3, 0.0}, ParityCase{3, 0.5},
+                                           ParityCase{4, 0.25}));
+
+TEST_F(TrainerTest, GradientClipValueMatchesClipGradValue) {
+  auto data = regression_data(16);
+  torch::manual_seed(3);
+  auto model = std::make_shared<Regressor>();
+  torch::manual_seed(3);
+  Regressor reference;
+  lt::Trainer trainer(lt::TrainerOptions().max_epochs(1).gradient_clip_val(0.01).gradient_clip_algorithm(
+      lt::GradientClipAlgorithm::kValue));
+  trainer.fit(model, loader(data, 4));
+  torch::optim::SGD optimizer(reference.parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+  for (int64_t i = 0; i < 4; ++i) {
+    auto loss = torch::mse_loss(reference.forward(data->data().slice(0, 4 * i, 4 * i + 4)),
+                                data->targets().slice(0, 4 * i, 4 * i + 4));
+    loss.backward();
+    torch::nn::utils::clip_grad_value_(reference.parameters(), 0.01);
+    optimizer.step();
+    optimizer.zero_grad();
+  }
+  expect_same_parameters(*model, reference);
+}
+
+// -- hook order -------------------------------------------------------------
+
+std::vector<std::string>* g_events = nullptr;
+
+class RecordingCallback : public lt::Callback {
+ public:
+  std::string name() const override { return "recorder"; }
+#define LT_RECORD(hook, ...) \
+  void hook(lt::Trainer&, lt::LightningModule& __VA_OPT__(, ) __VA_ARGS__) override { g_events->push_back(#hook); }
+  LT_RECORD(on_fit_start)
+  LT_RECORD(on_fit_end)
+  LT_RECORD(on_sanity_check_start)
+  LT_RECORD(on_sanity_check_end)
+  LT_RECORD(on_train_start)
+  LT_RECORD(on_train_end)
+  LT_RECORD(on_train_epoch_start)
+  LT_RECORD(on_train_epoch_end)
+  LT_RECORD(on_train_batch_start, const Batch&, int64_t)
+  LT_RECORD(on_train_batch_end, const torch::Tensor&, const Batch&, int64_t)
+  LT_RECORD(on_validation_start)
+  LT_RECORD(on_validation_end)
+  LT_RECORD(on_validation_epoch_start)
+  LT_RECORD(on_validation_epoch_end)
+  LT_RECORD(on_validation_batch_start, const Batch&, int64_t)
+  LT_RECORD(on_validation_batch_end, const Batch&, int64_t)
+  LT_RECORD(on_before_backward, const torch::Tensor&)
+  LT_RECORD(on_after_backward)
+  LT_RECORD(on_before_optimizer_step, torch::optim::Optimizer&)
+  LT_RECORD(on_before_zero_grad, torch::optim::Optimizer&)
+#undef LT_RECORD
+  void setup(lt::Trainer&, lt::LightningModule&, lt::Stage) override { g_events->push_back("setup"); }
+  void teardown(lt::Trainer&, lt::LightningModule&, lt::Stage) override { g_events->push_back("teardown"); }
+};
+
+class RecordingRegressor : public Regressor {
+ public:
+  void on_fit_start() override { g_events->push_back("module.on_fit_start"); }
+  void on_train_epoch_end() override { g_events->push_back("module.on_train_epoch_end"); }
+  void on_validation_epoch_end() override { g_events->push_back("module.on_validation_epoch_end"); }
+};
+
+TEST_F(TrainerTest, HookOrderForOneFit) {
+  std::vector<std::string> events;
+  g_events = &events;
+  auto model = std::make_shared<RecordingRegressor>();
+  lt::Trainer trainer(lt::TrainerOptions()
+                          .max_epochs(1)
+                          .num_sanity_val_steps(1)
+                          .callbacks({std::make_shared<RecordingCallback>()}));
+  trainer.fit(model, loader(regression_data(8), 4), loader(regression_data(4, 9), 4));
+  g_events = nullptr;
+
+  const std::vector<std::string> validation = {
+      "on_validation_start", "on_validation_epoch_start", "on_validation_batch_start", "on_validation_batch_end",
+      "module.on_validation_epoch_end", "on_validation_epoch_end", "on_validation_end"};
+  const std::vector<std::string> batch = {"on_train_batch_start", "on_before_backward", "on_after_backward",
+                                          "on_before_optimizer_step", "on_before_zero_grad", "on_train_batch_end"};
+  std::vector<std::string> expected = {"setup", "on_fit_start", "module.on_fit_start", "on_sanity_check_start"};
+  expected.insert(expected.end(), validation.begin(), validation.end());
+  expected.insert(expected.end(), {"on_sanity_check_end", "on_train_start", "on_train_epoch_start"});
+  for (int i = 0; i < 2; ++i) expected.insert(expected.end(), batch.begin(), batch.end());
+  expected.insert(expected.end(), validation.begin(), validation.end());
+  expected.insert(expected.end(),
+                  {"module.on_train_epoch_end", "on_train_epoch_end", "on_train_end", "on_fit_end", "teardown"});
+  EXPECT_EQ(events, expected);
+}
+
+// -- limits and cadence -------------------------------------------------------
+
+TEST_F(TrainerTest, MaxStepsStopsMidEpoch) {
+  auto model = std::make_shared<Regressor>();
+  lt::Trainer trainer(lt::TrainerOptions().max_epochs(10).max_steps(5));
+  trainer.fit(model, loader(regression_data(16), 4));  // 4 batches per epoch
+  EXPECT_EQ(trainer.global_step(), 5);
+  EXPECT_EQ(model->training_steps, 5);
+}
+
+TEST_F(TrainerTest, MaxStepsCountsOptimizerStepsNotBatches) {
+  auto model = std::make_shared<Regressor>();
+  lt::Trainer trainer(lt::TrainerOptions().max_steps(3).accumulate_grad_batches(2));
+  trainer.fit(model, loader(regression_data(40), 4));
+  EXPECT_EQ(trainer.global_step(), 3);
+  EXPECT_EQ(model->training_steps, 6);
+}
+
+TEST_F(TrainerTest, LimitTrainBatchesCountAndFraction) {
+  auto model = std::make_shared<Regressor>();
+  lt::Trainer by_count(lt::TrainerOptions().max_epochs(2).limit_train_batches(3));
+  by_count.fit(model, loader(regression_data(40), 4));  // 10 batches per epoch
+  EXPECT_EQ(model->training_steps, 6);
+
+  auto model2 = std::make_shared<Regressor>();
+  lt::Trainer by_fraction(lt::TrainerOptions().max_epochs(2).limit_train_batches(0.5));
+  by_fraction.fit(model2, loader(regression_data(40), 4));
+  EXPECT_EQ(model2->training_steps, 10);
+}
+
+TEST_F(TrainerTest, ValCheckIntervalFractionRunsValidationTwicePerEpoch) {
+  auto model = std::make_shared<Regressor>();
+  lt::Trainer trainer(lt::TrainerOptions().max_epochs(2).val_check_interval(0.5).num_sanity_val_steps(0));
+  trainer.fit(model, loader(regression_data(16), 4), loader(regression_data(8, 9), 4));  // 4 train, 2 val batches
+  EXPECT_EQ(model->validation_steps, 2 * 2 * 2);
+  EXPECT_TRUE(trainer.callback_metrics().count("val_loss"));
+}
+
+TEST_F(TrainerTest, ValCheckIntervalCountAndCheckValEveryNEpoch) {
+  auto model = std::make_shared<Regressor>();
+  // 7 batches, validation every 3 batches: after batches 3 and 6; every 2nd epoch only.
+  lt::Trainer trainer(
+      lt::TrainerOptions().max_epochs(4).val_check_interval(3).check_val_every_n_epoch(2).num_sanity_val_steps(0));
+  trainer.fit(model, loader(regression_data(28), 4), loader(regression_data(4, 9), 4));
+  EXPECT_EQ(model->validation_steps, 2 /*epochs*/ * 2 /*runs*/ * 1 /*batch*/);
+}
+
+TEST_F(TrainerTest, SanityValidationMetricsAreDiscarded) {
+  auto model = std::make_shared<Regressor>();
+  lt::Trainer trainer(lt::TrainerOptions().max_epochs(1).limit_val_batches(0).num_sanity_val_steps(2));
+  trainer.fit(model, loader(regression_data(8), 4), loader(regression_data(8, 9), 4));
+  EXPECT_EQ(model->validation_steps, 0);  // limit_val_batches=0 disables both
+  EXPECT_FALSE(trainer.callback_metrics().count("val_loss"));
+}
+
+TEST_F(TrainerTest, EpochMetricsAreBatchSizeWeightedMeans) {
+  class Constant : public Regressor {
+   public:
+    void validation_step(const Batch& batch, int64_t batch_idx) override {
+      log("value", batch_idx == 0 ? 1.0 : 4.0);  // batch 0 has 4 rows, batch 1 has 2
+    }
+  };
+  auto model = std::make_shared<Constant>();
+  lt::Trainer trainer;
+  auto metrics = trainer.validate(model, loader(regression_data(6), 4));
+  EXPECT_DOUBLE_EQ(metrics.at("value"), (1.0 * 4 + 4.0 * 2) / 6);
+}
+
+TEST_F(TrainerTest, StepAndEpochLoggingNames) {
+  class Both : public Regressor {
+   public:
+    torch::Tensor training_step(const Batch& batch, int64_t idx) override {
+      auto loss = torch::mse_loss(forward(batch.data), batch.target);
+      log("l", loss, lt::LogOptions{.on_step = true, .on_epoch = true});
+      return loss;
+    }
+  };
+  auto model = std::make_shared<Both>();
+  lt::Trainer trainer(lt::TrainerOptions().max_epochs(1).log_every_n_steps(1));
+  trainer.fit(model, loader(regression_data(8), 4));
+  EXPECT_TRUE(trainer.state().logged_metrics.count("l_step"));
+  EXPECT_TRUE(trainer.state().logged_metrics.count("l_epoch"));
+  EXPECT_TRUE(trainer.callback_metrics().count("l"));
+}
+
+TEST_F(TrainerTest, StepLRSchedulerPerEpoch) {
+  class Scheduled : public Regressor {
+   public:
+    lt::OptimizerConfig configure_optimizers() override {
+      auto opt = std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(1.0));
+      return {opt, std::make_shared<lt::StepLR>(*opt, 1, 0.5), lt::Interval::kEpoch};
+    }
+  };
+  auto model = std::make_shared<Scheduled>();
+  lt::Trainer trainer(lt::TrainerOptions().max_epochs(3));
+  trainer.fit(model, loader(regression_data(8), 4));
+  EXPECT_DOUBLE_EQ(lt::get_lr(trainer.optimizer_config()->optimizer->param_groups()[0]), 0.125);
+}
+
+TEST_F(TrainerTest, ManualOptimization) {
+  class Manual : public Regressor {
+   public:
+    Manual() { set_automatic_optimization(false); }
+    torch::Tensor training_step(const Batch& batch, int64_t) override {
+      auto loss = torch::mse_loss(forward(batch.data), batch.target);
+      optimizer().zero_grad();
+      manual_backward(loss);
+      optimizer_step();
+      return loss;
+    }
+  };
+  auto model = std::make_shared<Manual>();
+  auto before = model->fc1->weight.clone();
+  lt::Trainer trainer(lt::TrainerOptions().max_epochs(1));
+  trainer.fit(model, loader(regression_data(12), 4));
+  EXPECT_EQ(trainer.global_step(), 3);
+  EXPECT_FALSE(torch::equal(before, model->fc1->weight));
+}
+
+// -- replaceable loops ----------------------------------------------------------
+
+class CountingEpochLoop : public lt::TrainingEpochLoop {
+ public:
+  void run(lt::LoopContext& ctx, lt::DataLoader& train, lt::DataLoader* val) override {
+    ++epochs;
+    lt::TrainingEpochLoop::run(ctx, train, val);
+  }
+  int epochs = 0;
+};
+
+class SkipOddBatches : public lt::AutomaticOptimization {
+ public:
+  torch::Tensor run(lt::LoopContext& ctx, const Batch& batch, int64_t batch_idx, bool window_end) override {
+    if (batch_idx % 2 == 1) return {};
+    return lt::AutomaticOptimization::run(ctx, batch, batch_idx, window_end);
+  }
+};
+
+TEST_F(TrainerTest, SwappedInLoopsAreUsed) {
+  auto model = std::make_shared<Regressor>();
+  lt::Trainer trainer(lt::TrainerOptions().max_epochs(3));
+  auto epoch_loop = std::make_shared<CountingEpochLoop>();
+  epoch_loop->set_automatic_optimization(std::make_shared<SkipOddBatches>());
+  trainer.fit_loop().set_epoch_loop(epoch_loop);
+  trainer.fit(model, loader(regression_data(16), 4));
+  EXPECT_EQ(epoch_loop->epochs, 3);
+  EXPECT_EQ(model->training_steps, 3 * 2);
+  EXPECT_EQ(trainer.global_step(), 3 * 2);
+}
+
+// -- errors -----------------------------------------------------------------------
+
+TEST_F(TrainerTest, BadOptionsNameTheOption) {
+  try {
+    lt::Trainer trainer(lt::TrainerOptions().accumulate_grad_batches(0));
+    FAIL() << "expected an error";
+  } catch (const lt::ValueError& e) {
+    EXPECT_STREQ(e.what(), "trainer.accumulate_grad_batches must be >= 1, got 0");
+  }
+  EXPECT_THROW(lt::Trainer(lt::TrainerOptions().val_check_interval(1.5)), lt::ValueError);
+  EXPECT_THROW(lt::Trainer(lt::TrainerOptions().accelerator("tpu")), lt::ValueError);
+}
+
+TEST_F(TrainerTest, TrainingStepWithoutLossIsAClearError) {
+  class NoLoss : public Regressor {
+   public:
+    torch::Tensor training_step(const Batch&, int64_t) override { return {}; }
+  };
+  lt::Trainer trainer(lt::TrainerOptions().max_epochs(1));
+  try {
+    trainer.fit(std::make_shared<NoLoss>(), loader(regression_data(8), 4));
+    FAIL() << "expected an error";
+  } catch (const lt::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("training_step must return a scalar loss"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace

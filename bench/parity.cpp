@@ -1,0 +1,109 @@
+// bench/parity: the Trainer against a hand-written LibTorch loop on the same
+// MLP, the same data and the same number of steps, in the same process.
+// Prints the wall time of each (median of alternating repeats) and the ratio.
+// Target: Trainer / hand-written <= 1.03.
+//
+//   parity [--steps N] [--repeats R]
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "data/fashion_mnist.h"
+#include "trainer/trainer.h"
+
+namespace {
+
+class Mlp : public lt::LightningModule {
+ public:
+  Mlp() {
+    fc1 = register_module("fc1", torch::nn::Linear(784, 256));
+    fc2 = register_module("fc2", torch::nn::Linear(256, 256));
+    fc3 = register_module("fc3", torch::nn::Linear(256, 10));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    return fc3(torch::relu(fc2(torch::relu(fc1(x.flatten(1))))));
+  }
+  torch::Tensor training_step(const lt::Batch& batch, int64_t) override {
+    return torch::cross_entropy_loss(forward(batch.data), batch.target);
+  }
+  lt::OptimizerConfig configure_optimizers() override {
+    return std::make_shared<torch::optim::Adam>(parameters(), torch::optim::AdamOptions(1e-3));
+  }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr}, fc3{nullptr};
+};
+
+std::shared_ptr<lt::TensorDataset> data(int64_t n, bool* real) {
+  const std::string dir = lt::kFashionMnistDir;
+  *real = std::filesystem::exists(dir + "/train-images-idx3-ubyte.gz");
+  if (*real) {
+    auto split = lt::load_fashion_mnist(dir, true);
+    return std::make_shared<lt::TensorDataset>(split.images.slice(0, 0, n), split.labels.slice(0, 0, n));
+  }
+  return std::make_shared<lt::TensorDataset>(torch::randn({n, 1, 28, 28}), torch::randint(0, 10, {n}));
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double hand_written(const lt::TensorDataset& ds, int64_t batch_size, int64_t steps) {
+  torch::manual_seed(0);
+  Mlp model;
+  torch::optim::Adam optimizer(model.parameters(), torch::optim::AdamOptions(1e-3));
+  lt::DataLoader loader(std::make_shared<lt::TensorDataset>(ds), lt::DataLoaderOptions(batch_size).shuffle(true));
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < steps; ++i) {
+    auto batch = loader.get(i);
+    auto loss = torch::cross_entropy_loss(model.forward(batch.data), batch.target);
+    loss.backward();
+    optimizer.step();
+    optimizer.zero_grad();
+  }
+  return seconds_since(t0);
+}
+
+double with_trainer(const std::shared_ptr<lt::TensorDataset>& ds, int64_t batch_size, int64_t steps) {
+  torch::manual_seed(0);
+  auto model = std::make_shared<Mlp>();
+  auto loader = std::make_shared<lt::DataLoader>(ds, lt::DataLoaderOptions(batch_size).shuffle(true));
+  lt::Trainer trainer(lt::TrainerOptions().max_steps(steps).enable_progress_bar(false));
+  const auto t0 = std::chrono::steady_clock::now();
+  trainer.fit(model, loader);
+  return seconds_since(t0);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t steps = 400, repeats = 5, batch_size = 64;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--steps")) steps = std::stoll(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--repeats")) repeats = std::stoll(argv[i + 1]);
+  }
+  bool real = false;
+  auto ds = data(steps * batch_size, &real);
+  hand_written(*ds, batch_size, steps / 4);  // warm-up: allocator, thread pool
+  std::vector<double> base, trainer;
+  for (int64_t r = 0; r < repeats; ++r) {  // alternate, so drift hits both alike
+    base.push_back(hand_written(*ds, batch_size, steps));
+    trainer.push_back(with_trainer(ds, batch_size, steps));
+  }
+  const double b = median(base), t = median(trainer);
+  std::printf("parity: MLP 784-256-256-10, Adam, batch %lld, %lld steps, %s data, median of %lld\n",
+              static_cast<long long>(batch_size), static_cast<long long>(steps), real ? "Fashion-MNIST" : "random",
+              static_cast<long long>(repeats));
+  std::printf("  hand-written loop : %.3f s (%.1f steps/s)\n", b, steps / b);
+  std::printf("  lt::Trainer       : %.3f s (%.1f steps/s)\n", t, steps / t);
+  std::printf("  ratio trainer/hand-written = %.4f (target <= 1.03)\n", t / b);
+  return 0;
+}
