@@ -1,0 +1,28 @@
+// Trains a tiny model with an installed lightning-cpp; prints the loss drop.
+#include <cstdio>
+
+#include "trainer/trainer.h"
+
+struct Regressor : lt::LightningModule {
+  torch::nn::Linear fc{nullptr};
+  Regressor() { fc = register_module("fc", torch::nn::Linear(4, 1)); }
+  torch::Tensor training_step(const lt::Batch& batch, int64_t) override {
+    return torch::mse_loss(fc(batch.data), batch.target);
+  }
+  lt::OptimizerConfig configure_optimizers() override {
+    return std::make_shared<torch::optim::SGD>(parameters(), 0.1);
+  }
+};
+
+int main() {
+  torch::manual_seed(0);
+  auto x = torch::randn({64, 4}), y = x.sum(1, true);
+  auto model = std::make_shared<Regressor>();
+  const double before = torch::mse_loss(model->fc(x), y).item<double>();
+  auto data = std::make_shared<lt::DataLoader>(std::make_shared<lt::TensorDataset>(x, y), lt::DataLoaderOptions(16));
+  lt::Trainer trainer(lt::TrainerOptions().max_epochs(20));
+  trainer.fit(model, data);
+  const double after = torch::mse_loss(model->fc(x), y).item<double>();
+  std::printf("consumer: loss %.4f -> %.4f\n", before, after);
+  return after < 0.1 * before ? 0 : 1;
+}
