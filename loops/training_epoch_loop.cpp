@@ -12,6 +12,30 @@ TrainingEpochLoop::TrainingEpochLoop()
       manual_(std::make_shared<ManualOptimization>()),
       val_loop_(std::make_shared<EvaluationLoop>()) {}
 
+namespace {
+
+std::string describe(const torch::Tensor& t) {
+  return t.defined() ? c10::str(t.sizes(), " ", t.scalar_type()) : std::string("undefined");
+}
+
+// Every batch must look like the first one but for its leading (batch) size,
+// so that a bad batch fails here, naming both shapes, not deep in forward.
+void check_like_first(const Batch& first, const Batch& batch, const LoopContext& ctx, int64_t batch_idx) {
+  auto same = [](const torch::Tensor& a, const torch::Tensor& b) {
+    if (a.defined() != b.defined()) return false;
+    if (!a.defined()) return true;
+    return a.scalar_type() == b.scalar_type() && a.dim() == b.dim() && a.dim() >= 1 &&
+           a.sizes().slice(1) == b.sizes().slice(1);
+  };
+  LT_CHECK(same(first.data, batch.data) && same(first.target, batch.target), "bad batch at epoch ",
+           ctx.state.current_epoch, ", batch ", batch_idx, " (global step ", ctx.state.global_step,
+           ", rank ", ctx.strategy.global_rank(), "): data ", describe(batch.data), ", target ",
+           describe(batch.target), "; the epoch's first batch had data ", describe(first.data), ", target ",
+           describe(first.target), " (only the leading batch dimension may differ)");
+}
+
+}  // namespace
+
 int64_t TrainingEpochLoop::val_check_batch(const TrainerOptions& options, int64_t n) {
   const FractionOrCount& interval = options.val_check_interval();
   if (interval.is_count()) return std::max<int64_t>(1, interval.count());
@@ -38,24 +62,32 @@ void TrainingEpochLoop::run(LoopContext& ctx, DataLoader& train, DataLoader* val
   OptimizationLoop& optimization = ctx.module.automatic_optimization() ? *automatic_ : *manual_;
   ResultCollection& results = ctx.use_results(Stage::kTrain, true);
 
-  auto epoch = ctx.strategy.training_epoch_context(ctx.module, EpochPlan{n, k});
+  auto epoch = ctx.strategy.training_epoch_context(ctx.module, EpochPlan{n, k, &ctx.options});
   const int64_t iterations = epoch->num_iterations();
   bool validated_at_end = false;
+  Batch first;
   for (int64_t it = 0; it < iterations; ++it) {
     const bool window_end = (it + 1) % k == 0 || it + 1 == iterations;
     auto guard = epoch->batch(it, window_end);
     if (it >= n) {
       optimization.run_padding(ctx, window_end);
+      epoch->end_batch(it);
       continue;
     }
     ctx.state.batch_idx = it;
     Batch batch = train.get(it);
+    if (it == 0) {
+      first = batch;
+    } else {
+      check_like_first(first, batch, ctx, it);
+    }
     batch.data = batch.data.to(ctx.strategy.root_device());
     if (batch.target.defined()) batch.target = batch.target.to(ctx.strategy.root_device());
     results.set_current_batch_size(batch.data.size(0));
     ctx.hooks.call(&Callback::on_train_batch_start, batch, it);
     ctx.module.on_train_batch_start(batch, it);
     torch::Tensor loss = optimization.run(ctx, batch, it, window_end);
+    epoch->end_batch(it);
     guard.reset();
     ctx.module.on_train_batch_end(loss, batch, it);
     ctx.hooks.call(&Callback::on_train_batch_end, loss, batch, it);

@@ -377,3 +377,79 @@ TEST_F(TrainerTest, TrainingStepWithoutLossIsAClearError) {
 }
 
 }  // namespace
+
+namespace {
+
+// -- non-finite values and bad batches -----------------------------------------------
+
+class NanAtBatch : public Regressor {
+ public:
+  explicit NanAtBatch(int64_t bad) : bad_(bad) {}
+  torch::Tensor training_step(const Batch& batch, int64_t idx) override {
+    auto loss = Regressor::training_step(batch, idx);
+    return idx == bad_ ? loss * std::numeric_limits<float>::quiet_NaN() : loss;
+  }
+  int64_t bad_;
+};
+
+TEST_F(TrainerTest, NonFiniteLossStopsNamingTheStep) {
+  lt::Trainer trainer(lt::TrainerOptions().max_epochs(1));
+  try {
+    trainer.fit(std::make_shared<NanAtBatch>(2), loader(regression_data(16), 4));
+    FAIL() << "expected an error";
+  } catch (const lt::Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "non-finite loss nan at epoch 0, batch 2, global step 2 (trainer.on_nonfinite=error; use skip_step "
+                 "to skip such steps)");
+  }
+}
+
+TEST_F(TrainerTest, NonFiniteGradientsAreSkippedOnRequest) {
+  class NanGrad : public Regressor {
+   public:
+    void on_after_backward() override {
+      if (global_step() == 1) fc2->bias.mutable_grad().fill_(std::numeric_limits<float>::infinity());
+    }
+  };
+  auto model = std::make_shared<NanGrad>();
+  lt::Trainer trainer(lt::TrainerOptions().max_epochs(1).on_nonfinite(lt::NonFinitePolicy::kSkipStep));
+  trainer.fit(model, loader(regression_data(16), 4));
+  EXPECT_EQ(trainer.state().skipped_steps, 1);
+  EXPECT_EQ(trainer.global_step(), 4);
+  for (const auto& p : model->parameters()) EXPECT_TRUE(torch::isfinite(p).all().item<bool>());
+
+  auto model2 = std::make_shared<NanGrad>();
+  lt::Trainer strict(lt::TrainerOptions().max_epochs(1));
+  try {
+    strict.fit(model2, loader(regression_data(16), 4));
+    FAIL() << "expected an error";
+  } catch (const lt::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("non-finite gradient in parameter 'fc2.bias' at epoch 0, batch 1, global "
+                                         "step 1"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST_F(TrainerTest, BadBatchNamesBothShapes) {
+  class BadRows : public lt::Dataset {
+   public:
+    int64_t size() const override { return 12; }
+    Batch get(int64_t i) const override {
+      return {torch::ones({i >= 8 ? 5 : 4}), torch::zeros({1})};  // examples 8.. have 5 features
+    }
+  };
+  lt::Trainer trainer(lt::TrainerOptions().max_epochs(1));
+  try {
+    trainer.fit(std::make_shared<Regressor>(),
+                std::make_shared<lt::DataLoader>(std::make_shared<BadRows>(), lt::DataLoaderOptions(4)));
+    FAIL() << "expected an error";
+  } catch (const lt::Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "bad batch at epoch 0, batch 2 (global step 2, rank 0): data [4, 5] Float, target [4, 1] Float; the "
+                 "epoch's first batch had data [4, 4] Float, target [4, 1] Float (only the leading batch dimension "
+                 "may differ)");
+  }
+}
+
+}  // namespace

@@ -16,6 +16,7 @@ struct RunState {
   int64_t global_step = 0;  // optimizer steps taken (Lightning's global_step)
   int64_t batch_idx = 0;    // index of the current batch in the epoch
   int64_t num_training_batches = 0;
+  int64_t skipped_steps = 0;  // optimizer steps skipped for non-finite gradients
   bool should_stop = false;
   bool sanity_checking = false;
   // True from the end of the epoch loop until current_epoch is advanced: a

@@ -28,6 +28,13 @@ enum class UnevenInputs {
   kError,  // refuse before training if shard sizes differ
 };
 
+// What the training loop does when the loss or a gradient is NaN or infinite.
+enum class NonFinitePolicy {
+  kIgnore,    // step anyway (PyTorch's and Lightning's behaviour)
+  kSkipStep,  // drop the window's gradients and skip the optimizer step
+  kError,     // stop with the epoch, batch, step and the first parameter affected
+};
+
 struct TrainerOptions {
   // -1 with max_steps == -1 means 1000 epochs, as in Lightning.
   TORCH_ARG(int64_t, max_epochs) = -1;
@@ -55,7 +62,17 @@ struct TrainerOptions {
   TORCH_ARG(int64_t, devices) = 1;
   TORCH_ARG(int64_t, num_nodes) = 1;
   TORCH_ARG(UnevenInputs, uneven_inputs) = UnevenInputs::kJoin;
+  // Join (uneven_inputs kJoin), as PyTorch's Join / DDP.join arguments:
+  // enable=false trains without Join (uneven batch counts are then an error);
+  // throw_on_early_termination: every rank throws EarlyTerminationError at the
+  // first iteration some rank does not have; divide_by_initial_world_size=false
+  // averages each window's gradient over the ranks with data in it.
+  TORCH_ARG(bool, join_enable) = true;
+  TORCH_ARG(bool, join_throw_on_early_termination) = false;
+  TORCH_ARG(bool, join_divide_by_initial_world_size) = true;
   TORCH_ARG(int64_t, log_every_n_steps) = 50;
+  // Checked after gradients are synchronized, so under DDP every rank decides alike.
+  TORCH_ARG(NonFinitePolicy, on_nonfinite) = NonFinitePolicy::kError;
   TORCH_ARG(bool, enable_progress_bar) = true;
 
 

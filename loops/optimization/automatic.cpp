@@ -1,5 +1,8 @@
 #include "loops/optimization/automatic.h"
 
+#include <optional>
+#include <string>
+
 #include "trainer/check.h"
 
 namespace lt {
@@ -31,6 +34,11 @@ torch::Tensor AutomaticOptimization::run(LoopContext& ctx, const Batch& batch, i
            " (epoch ", ctx.state.current_epoch, ", batch ", batch_idx, "); got ",
            loss.defined() ? c10::str("shape ", loss.sizes()) : std::string("an undefined tensor"),
            ". Return a loss, or call set_automatic_optimization(false)");
+  if (ctx.options.on_nonfinite() == NonFinitePolicy::kError && !torch::isfinite(loss).all().item<bool>()) {
+    throw Error(c10::str("non-finite loss ", loss.item<double>(), " at epoch ", ctx.state.current_epoch, ", batch ",
+                         batch_idx, ", global step ", ctx.state.global_step,
+                         " (trainer.on_nonfinite=error; use skip_step to skip such steps)"));
+  }
   backward(ctx, loss / static_cast<double>(ctx.options.accumulate_grad_batches()));
   if (window_end) optimizer_step(ctx);
   return loss.detach();
@@ -55,8 +63,29 @@ void AutomaticOptimization::backward(LoopContext& ctx, const torch::Tensor& scal
   ctx.module.on_after_backward();
 }
 
+std::optional<std::string> first_nonfinite_gradient(const torch::nn::Module& module) {
+  for (const auto& p : module.named_parameters(/*recurse=*/true)) {
+    const auto& grad = p.value().grad();
+    if (grad.defined() && !torch::isfinite(grad).all().item<bool>()) return p.key();
+  }
+  return std::nullopt;
+}
+
 void AutomaticOptimization::optimizer_step(LoopContext& ctx) {
   auto& optimizer = *ctx.optim->optimizer;
+  if (ctx.options.on_nonfinite() != NonFinitePolicy::kIgnore) {
+    if (auto name = first_nonfinite_gradient(ctx.module)) {
+      if (ctx.options.on_nonfinite() == NonFinitePolicy::kError) {
+        throw Error(c10::str("non-finite gradient in parameter '", *name, "' at epoch ", ctx.state.current_epoch,
+                             ", batch ", ctx.state.batch_idx, ", global step ", ctx.state.global_step,
+                             " (trainer.on_nonfinite=error; use skip_step to skip such steps)"));
+      }
+      optimizer.zero_grad();
+      ++ctx.state.skipped_steps;
+      ++ctx.state.global_step;  // the window is consumed on every rank alike
+      return;
+    }
+  }
   ctx.hooks.call(&Callback::on_before_optimizer_step, optimizer);
   ctx.module.on_before_optimizer_step(optimizer);
   clip_gradients(optimizer, ctx.options.gradient_clip_val(), ctx.options.gradient_clip_algorithm());

@@ -4,6 +4,8 @@
 // optimizer step (clip, step, zero_grad, per-step scheduler).
 
 #include <cstdint>
+#include <optional>
+#include <string>
 
 #include <torch/torch.h>
 
@@ -32,6 +34,9 @@ class AutomaticOptimization : public OptimizationLoop {
 
 // Gradient clipping as Lightning does it (after backward, before the step).
 void clip_gradients(torch::optim::Optimizer& optimizer, double clip_val, GradientClipAlgorithm algorithm);
+
+// Name of the first parameter whose gradient has a NaN or an infinity.
+std::optional<std::string> first_nonfinite_gradient(const torch::nn::Module& module);
 
 // Runs the per-step LR scheduler if its frequency says so.
 void step_scheduler(OptimizerConfig& config, Interval interval, int64_t counter);
