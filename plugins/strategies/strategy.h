@@ -24,6 +24,7 @@ class Callback;
 struct EpochPlan {
   int64_t num_batches = 0;  // this rank's batches (after limit_train_batches)
   int64_t accumulate_grad_batches = 1;
+  const TrainerOptions* options = nullptr;  // the run's options (e.g. the join_* settings)
 };
 
 // RAII guard around one micro-batch (DDP: no_sync on accumulation micro-batches).
@@ -45,6 +46,10 @@ class TrainingEpochContext {
   virtual int64_t num_iterations() const { return plan_.num_batches; }
   // `sync_gradients` is false on accumulation micro-batches.
   virtual std::unique_ptr<BatchGuard> batch(int64_t /*iteration*/, bool /*sync_gradients*/) { return nullptr; }
+  // After the iteration's optimization (backward, optimizer step), before the
+  // guard is released and the batch-end hooks run. May run collectives (Join:
+  // the micro-batch's sync_dist logging reduction).
+  virtual void end_batch(int64_t /*iteration*/) {}
   // After the last iteration, before epoch-end validation and hooks. May run
   // collectives (Join: shadow the ranks still training, then post hooks).
   virtual void finish() {}
