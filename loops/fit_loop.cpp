@@ -1,5 +1,7 @@
 #include "loops/fit_loop.h"
 
+#include "trainer/signals.h"
+
 namespace lt {
 
 int64_t FitLoop::resolved_max_epochs(const TrainerOptions& options) {
@@ -41,6 +43,11 @@ void FitLoop::run(LoopContext& ctx, DataLoader& train, DataLoader* val) {
     ctx.hooks.call(&Callback::on_train_epoch_start);
     ctx.module.on_train_epoch_start();
     epoch_loop_->run(ctx, train, val);
+    if (ctx.state.interrupted_by != 0) {
+      throw Interrupted(c10::str("training interrupted by signal ", ctx.state.interrupted_by, " at epoch ",
+                                 ctx.state.current_epoch, ", global step ", ctx.state.global_step),
+                        ctx.state.interrupted_by);
+    }
 
     ctx.state.stage = Stage::kTrain;
     ctx.state.epoch_ended = true;

@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include <csignal>
+
 #include "trainer/check.h"
+#include "trainer/signals.h"
 
 namespace lt {
 
@@ -100,6 +103,10 @@ void TrainingEpochLoop::run(LoopContext& ctx, DataLoader& train, DataLoader* val
     // Under a strategy that pads, stopping early leaves this rank's
     // remaining iterations to the epoch context (Join shadows them).
     if (max_steps_reached(ctx) || ctx.state.should_stop) break;
+    if (window_end && epoch->stop_requested(interrupt_signal() != 0)) {
+      ctx.state.interrupted_by = interrupt_signal() != 0 ? interrupt_signal() : SIGTERM;
+      break;
+    }
   }
   epoch->finish();
   if (validated_at_end) run_validation(ctx, *val);

@@ -1,8 +1,11 @@
 #include "trainer/trainer.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <optional>
 
 #include "trainer/check.h"
+#include "trainer/signals.h"
 
 namespace lt {
 
@@ -112,6 +115,8 @@ void Trainer::fit(const std::shared_ptr<LightningModule>& module, std::shared_pt
   features.scheduler_per_step = optim_.lr_scheduler != nullptr && optim_.interval == Interval::kStep;
   strategy_->check_features(features);
 
+  std::optional<SignalGuard> signals;
+  if (options_.handle_signals()) signals.emplace();
   try {
     run->hooks.call(&Callback::on_fit_start);
     module->on_fit_start();
@@ -123,6 +128,17 @@ void Trainer::fit(const std::shared_ptr<LightningModule>& module, std::shared_pt
     fit_loop_->run(ctx, *train, val.get());
     run->hooks.call(&Callback::on_fit_end);
     module->on_fit_end();
+  } catch (const Interrupted& e) {
+    // Every rank left the loop at the same step boundary, so the checkpoint's
+    // collectives (barrier) are safe here.
+    run->hooks.call(&Callback::on_exception, e);
+    std::filesystem::create_directories(options_.default_root_dir());
+    save_checkpoint((std::filesystem::path(options_.default_root_dir()) / "interrupted.ckpt").string());
+    if (ctx.logger != nullptr) ctx.logger->finalize("interrupted");
+    strategy_->teardown();
+    module_->detach();
+    module_ = nullptr;
+    throw;
   } catch (const std::exception& e) {
     run->hooks.call(&Callback::on_exception, e);
     if (ctx.logger != nullptr) ctx.logger->finalize("failed");

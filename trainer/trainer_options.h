@@ -73,6 +73,8 @@ struct TrainerOptions {
   TORCH_ARG(int64_t, log_every_n_steps) = 50;
   // Checked after gradients are synchronized, so under DDP every rank decides alike.
   TORCH_ARG(NonFinitePolicy, on_nonfinite) = NonFinitePolicy::kError;
+  // Stop at the next step boundary on SIGINT/SIGTERM and write interrupted.ckpt (trainer/signals.h).
+  TORCH_ARG(bool, handle_signals) = true;
   TORCH_ARG(bool, enable_progress_bar) = true;
 
 

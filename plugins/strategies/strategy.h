@@ -50,6 +50,10 @@ class TrainingEpochContext {
   // guard is released and the batch-end hooks run. May run collectives (Join:
   // the micro-batch's sync_dist logging reduction).
   virtual void end_batch(int64_t /*iteration*/) {}
+  // Whether every rank stops at this optimizer-step boundary, given this
+  // rank's wish. A strategy whose ranks must stay in lockstep reduces it
+  // across ranks; under Join a rank may simply leave early.
+  virtual bool stop_requested(bool local) { return local; }
   // After the last iteration, before epoch-end validation and hooks. May run
   // collectives (Join: shadow the ranks still training, then post hooks).
   virtual void finish() {}
