@@ -8,6 +8,8 @@
 #include <iterator>
 #include <sstream>
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include "trainer/check.h"
 #include "trainer/trainer.h"
 
@@ -77,6 +79,24 @@ c10::IValue pickle_load_file(const std::string& path) {
   }
 }
 
+c10::Dict<std::string, torch::Tensor> state_dict_from(const c10::IValue& loaded, const std::string& path) {
+  LT_CHECK_VALUE(loaded.isGenericDict(), "'", path, "' holds no state_dict (not a dict)");
+  auto dict = loaded.toGenericDict();
+  // A lightning-cpp (or Lightning) checkpoint nests the weights under "state_dict".
+  if (dict.contains("state_dict") && dict.at("state_dict").isGenericDict()) dict = dict.at("state_dict").toGenericDict();
+  c10::Dict<std::string, torch::Tensor> weights;
+  for (const auto& kv : dict) {
+    LT_CHECK_VALUE(kv.key().isString() && kv.value().isTensor(), "'", path,
+                   "' is not a state_dict: expected {name: tensor}, found a ", kv.value().tagKind(), " entry");
+    weights.insert(kv.key().toStringRef(), kv.value().toTensor());
+  }
+  return weights;
+}
+
+void load_weights(torch::nn::Module& module, const std::string& path, bool strict) {
+  load_module_state_dict(module, state_dict_from(pickle_load_file(path), path), strict);
+}
+
 torch::Tensor optimizer_to_bytes(torch::optim::Optimizer& optimizer) {
   torch::serialize::OutputArchive archive;
   optimizer.save(archive);
@@ -109,6 +129,20 @@ StateDict Trainer::dump_checkpoint() {
   for (const auto& [k, v] : module_->hparams()) hparams.insert(k, v);
   ckpt.insert("hparams", hparams);
   ckpt.insert("lightning_cpp_version", std::string("0.1.0"));
+  {
+    // Dropout and friends draw from torch's CPU generator: a resumed run must continue its stream.
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    StateDict rng = new_state_dict();
+    rng.insert("torch", gen.get_state());
+    ckpt.insert("rng_states", rng);
+  }
+  // Written at a train epoch end (ModelCheckpoint), the checkpoint precedes the
+  // fit loop's per-epoch scheduler step; the resumed run takes that step on restore.
+  const bool pending = state_.epoch_ended && optim_.lr_scheduler != nullptr && optim_.interval == Interval::kEpoch &&
+                       (state_.current_epoch + 1) % std::max<int64_t>(optim_.frequency, 1) == 0;
+  ckpt.insert("lr_scheduler_epoch_step_pending", pending);
+  for (const auto& cb : options_.callbacks()) cb->on_save_checkpoint(*this, *module_, ckpt);
   module_->on_save_checkpoint(ckpt);
   return ckpt;
 }
@@ -126,20 +160,32 @@ void Trainer::restore_checkpoint(const std::string& path) {
   auto raw = loaded.toGenericDict();
   LT_CHECK_VALUE(raw.contains("state_dict") && raw.contains("epoch") && raw.contains("global_step"),
                  "checkpoint '", path, "' lacks state_dict/epoch/global_step");
-  c10::Dict<std::string, torch::Tensor> weights;
-  for (const auto& kv : raw.at("state_dict").toGenericDict()) weights.insert(kv.key().toStringRef(), kv.value().toTensor());
-  load_module_state_dict(*module_, weights);
+  load_module_state_dict(*module_, state_dict_from(loaded, path));
   state_.current_epoch = raw.at("epoch").toInt();
   state_.global_step = raw.at("global_step").toInt();
   if (optim_.optimizer && raw.contains("optimizer")) optimizer_from_bytes(*optim_.optimizer, raw.at("optimizer").toTensor());
   auto to_state = [](const c10::IValue& v) { return StateDict(v.toGenericDict()); };
-  if (optim_.lr_scheduler && raw.contains("lr_scheduler")) optim_.lr_scheduler->load_state_dict(to_state(raw.at("lr_scheduler")));
+  if (optim_.lr_scheduler && raw.contains("lr_scheduler")) {
+    optim_.lr_scheduler->load_state_dict(to_state(raw.at("lr_scheduler")));
+    if (raw.contains("lr_scheduler_epoch_step_pending") && raw.at("lr_scheduler_epoch_step_pending").toBool()) {
+      optim_.lr_scheduler->step();
+    }
+  }
+  if (raw.contains("rng_states")) {
+    auto rng = raw.at("rng_states").toGenericDict();
+    if (rng.contains("torch")) {
+      auto gen = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(rng.at("torch").toTensor());
+    }
+  }
   if (raw.contains("callbacks")) {
     auto callbacks = raw.at("callbacks").toGenericDict();
     for (const auto& cb : options_.callbacks()) {
       if (callbacks.contains(cb->state_key())) cb->load_state_dict(to_state(callbacks.at(cb->state_key())));
     }
   }
+  for (const auto& cb : options_.callbacks()) cb->on_load_checkpoint(*this, *module_, to_state(loaded));
   module_->on_load_checkpoint(to_state(loaded));
 }
 

@@ -5,7 +5,11 @@
 //    "epoch": int, "global_step": int,               # epoch = next epoch to run
 //    "optimizer": uint8 tensor (LibTorch optimizer archive),
 //    "lr_scheduler": {...}, "callbacks": {state_key -> {...}},
-//    "hparams": {str -> str}, "lightning_cpp_version": str}
+//    "hparams": {str -> str}, "lightning_cpp_version": str,
+//    "rng_states": {"torch": uint8 tensor},           # torch's CPU generator
+//    "lr_scheduler_epoch_step_pending": bool}          # see restore_checkpoint
+// Callbacks add to it in on_save_checkpoint; Python reads it with torch.load
+// and `ckpt["state_dict"]` is what nn.Module.load_state_dict takes.
 
 #include <string>
 #include <vector>
@@ -21,6 +25,12 @@ c10::Dict<std::string, torch::Tensor> module_state_dict(const torch::nn::Module&
 // Copies tensors into the module's parameters and buffers; strict: every name must match.
 void load_module_state_dict(torch::nn::Module& module, const c10::Dict<std::string, torch::Tensor>& state,
                             bool strict = true);
+
+// Loads a module's weights from `path`: a lightning-cpp checkpoint (its
+// "state_dict") or a bare state_dict saved by Python's torch.save(model.state_dict()).
+void load_weights(torch::nn::Module& module, const std::string& path, bool strict = true);
+// The {name -> tensor} dict inside `loaded` (a checkpoint or a bare state_dict).
+c10::Dict<std::string, torch::Tensor> state_dict_from(const c10::IValue& loaded, const std::string& path);
 
 // Writes `value` to `path` atomically: a temporary file beside it, then rename.
 void atomic_pickle_save(const c10::IValue& value, const std::string& path);

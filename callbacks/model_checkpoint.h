@@ -1,0 +1,100 @@
+#pragma once
+// lt::ModelCheckpoint: saves checkpoints during fit (Lightning's
+// ModelCheckpoint): the top-k by a monitored metric, or the latest when no
+// metric is monitored, plus optionally last.ckpt. Files are written atomically
+// (a temporary file, then rename) by Trainer::save_checkpoint, on rank 0.
+//
+// Filename templates use Python's format syntax on the monitored metrics plus
+// `epoch` and `step`: "{epoch}-{val_loss:.2f}" gives "epoch=3-val_loss=0.42.ckpt"
+// (auto_insert_metric_name) or "3-0.42.ckpt" without it.
+
+#include <map>
+#include <optional>
+#include <string>
+
+#include <torch/arg.h>
+
+#include "callbacks/callback.h"
+
+namespace lt {
+
+struct ModelCheckpointOptions {
+  // Empty: <trainer.log_dir()>/checkpoints.
+  TORCH_ARG(std::string, dirpath) = "";
+  // Empty: "{epoch}-{step}".
+  TORCH_ARG(std::string, filename) = "";
+  // Empty: no metric; the latest checkpoint is kept (save_top_k 1) or all (-1).
+  TORCH_ARG(std::string, monitor) = "";
+  TORCH_ARG(bool, verbose) = false;
+  TORCH_ARG(bool, save_last) = false;
+  // 0: none, -1: all, k: the best k.
+  TORCH_ARG(int64_t, save_top_k) = 1;
+  TORCH_ARG(std::string, mode) = "min";
+  TORCH_ARG(bool, auto_insert_metric_name) = true;
+  // 0: not by steps. Incompatible with Join (see join_support).
+  TORCH_ARG(int64_t, every_n_train_steps) = 0;
+  // Unset: 1, or 0 when every_n_train_steps is set.
+  TORCH_ARG(std::optional<int64_t>, every_n_epochs) = std::nullopt;
+};
+
+class ModelCheckpoint : public Callback {
+ public:
+  static constexpr const char* kFileExtension = ".ckpt";
+  static constexpr const char* kNameLast = "last";
+
+  explicit ModelCheckpoint(ModelCheckpointOptions options = {});
+
+  std::string name() const override { return "ModelCheckpoint"; }
+  std::string state_key() const override;
+  int priority() const override { return kMonitorPriority; }
+  // Compatible, except every_n_train_steps > 0: a mid-epoch save runs a
+  // barrier while other ranks may already be joined.
+  JoinSupport join_support(const TrainerOptions& options) const override;
+
+  void setup(Trainer& trainer, LightningModule& module, Stage stage) override;
+  void on_train_batch_end(Trainer& trainer, LightningModule& module, const torch::Tensor& loss, const Batch& batch,
+                          int64_t batch_idx) override;
+  void on_train_epoch_end(Trainer& trainer, LightningModule& module) override;
+
+  StateDict state_dict() const override;
+  void load_state_dict(const StateDict& state) override;
+
+  // The file name (without folder) for these metrics; `version` > 0 appends "-v<version>".
+  std::string format_checkpoint_name(const std::map<std::string, double>& metrics,
+                                     const std::string& filename = {}, int version = 0) const;
+
+  const ModelCheckpointOptions& options() const { return options_; }
+  const std::string& dirpath() const { return dirpath_; }
+  const std::string& best_model_path() const { return best_model_path_; }
+  std::optional<double> best_model_score() const { return best_model_score_; }
+  const std::string& last_model_path() const { return last_model_path_; }
+  const std::string& kth_best_model_path() const { return kth_best_model_path_; }
+  // path -> monitored value of every kept top-k checkpoint.
+  const std::map<std::string, double>& best_k_models() const { return best_k_models_; }
+
+ private:
+  void save(Trainer& trainer);
+  std::map<std::string, double> monitor_candidates(const Trainer& trainer) const;
+  void save_topk(Trainer& trainer, const std::map<std::string, double>& candidates);
+  void save_monitored(Trainer& trainer, const std::map<std::string, double>& candidates, double current);
+  void save_unmonitored(Trainer& trainer, const std::map<std::string, double>& candidates);
+  void save_last(Trainer& trainer, const std::map<std::string, double>& candidates);
+  // A path for these metrics that does not overwrite an existing file other than `replaceable`.
+  std::string unique_path(const std::map<std::string, double>& candidates, const std::string& replaceable) const;
+  void write(Trainer& trainer, const std::string& path);
+  void remove(Trainer& trainer, const std::string& path);
+  bool better(double a, double b) const { return options_.mode() == "min" ? a < b : a > b; }
+
+  ModelCheckpointOptions options_;
+  int64_t every_n_epochs_ = 1;
+  std::string dirpath_;
+  std::map<std::string, double> best_k_models_;
+  std::string kth_best_model_path_;
+  double kth_value_ = 0.0;
+  std::string best_model_path_;
+  std::optional<double> best_model_score_;
+  std::string last_model_path_;
+  int64_t last_global_step_saved_ = -1;
+};
+
+}  // namespace lt

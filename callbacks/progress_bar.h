@@ -1,0 +1,61 @@
+#pragma once
+// lt::ProgressBar: training progress on rank 0 (Lightning's TQDMProgressBar).
+// On a terminal it redraws one line per epoch:
+//   Epoch 2/10:  45%|#####      | 389/860 [00:03<00:04, 120.5it/s, train_loss_step=0.512, val_acc=0.84]
+// When the output is not a terminal (logs, CI) it prints one plain line per
+// epoch instead, so log files do not fill with carriage returns.
+
+#include <chrono>
+#include <cstdint>
+#include <iosfwd>
+#include <optional>
+#include <string>
+
+#include <torch/arg.h>
+
+#include "callbacks/callback.h"
+
+namespace lt {
+
+struct ProgressBarOptions {
+  using StreamPtr = std::ostream*;
+  // Redraw at most every this many batches (terminal only).
+  TORCH_ARG(int64_t, refresh_rate) = 1;
+  // Unset: whether stdout is a terminal.
+  TORCH_ARG(std::optional<bool>, tty) = std::nullopt;
+  // Where to write; null: std::cout.
+  TORCH_ARG(StreamPtr, stream) = nullptr;
+};
+
+class ProgressBar : public Callback {
+ public:
+  explicit ProgressBar(ProgressBarOptions options = {});
+  std::string name() const override { return "ProgressBar"; }
+
+  void on_train_start(Trainer& trainer, LightningModule& module) override;
+  void on_train_epoch_start(Trainer& trainer, LightningModule& module) override;
+  void on_train_batch_end(Trainer& trainer, LightningModule& module, const torch::Tensor& loss, const Batch& batch,
+                          int64_t batch_idx) override;
+  void on_train_epoch_end(Trainer& trainer, LightningModule& module) override;
+  void on_test_end(Trainer& trainer, LightningModule& module) override;
+
+  // "[00:03<00:04, 120.5it/s" style pieces, exposed for tests.
+  static std::string format_time(double seconds);
+  bool is_tty() const { return tty_; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  std::ostream& out() const;
+  std::string metrics_str(const Trainer& trainer) const;
+  void draw(const Trainer& trainer, int64_t done, int64_t total, bool final);
+
+  ProgressBarOptions options_;
+  bool tty_ = false;
+  bool enabled_ = true;
+  Clock::time_point epoch_start_;
+  Clock::time_point last_draw_;
+  size_t last_width_ = 0;
+  int64_t max_epochs_ = -1;
+};
+
+}  // namespace lt

@@ -1,0 +1,99 @@
+#include "callbacks/timer.h"
+
+#include <iostream>
+#include <sstream>
+#include <vector>
+
+#include "trainer/check.h"
+#include "trainer/trainer.h"
+
+namespace lt {
+
+std::chrono::duration<double> parse_duration(const std::string& text) {
+  std::vector<double> parts;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ':')) {
+    char* end = nullptr;
+    const double v = std::strtod(item.c_str(), &end);
+    LT_CHECK_VALUE(!item.empty() && end == item.c_str() + item.size() && v >= 0, "Timer: duration '", text,
+                   "' is not of the form DD:HH:MM:SS");
+    parts.push_back(v);
+  }
+  LT_CHECK_VALUE(!parts.empty() && parts.size() <= 4, "Timer: duration '", text, "' is not of the form DD:HH:MM:SS");
+  static const double kUnits[] = {1.0, 60.0, 3600.0, 86400.0};
+  double seconds = 0.0;
+  for (size_t i = 0; i < parts.size(); ++i) seconds += parts[parts.size() - 1 - i] * kUnits[i];
+  return std::chrono::duration<double>(seconds);
+}
+
+Timer::Timer(TimerOptions options) : options_(std::move(options)) {
+  LT_CHECK_VALUE(options_.interval() == "step" || options_.interval() == "epoch",
+                 "Timer: interval must be 'step' or 'epoch', got '", options_.interval(), "'");
+}
+
+void Timer::start(const std::string& stage) { started_[stage] = Clock::now(); }
+
+void Timer::stop(const std::string& stage) {
+  auto it = started_.find(stage);
+  if (it == started_.end()) return;
+  accumulated_[stage] += std::chrono::duration<double>(Clock::now() - it->second).count();
+  started_.erase(it);
+}
+
+double Timer::time_elapsed(const std::string& stage) const {
+  double t = accumulated_.count(stage) ? accumulated_.at(stage) : 0.0;
+  auto it = started_.find(stage);
+  if (it != started_.end()) t += std::chrono::duration<double>(Clock::now() - it->second).count();
+  return t;
+}
+
+std::optional<double> Timer::time_remaining() const {
+  if (!options_.duration()) return std::nullopt;
+  return options_.duration()->count() - time_elapsed("train");
+}
+
+void Timer::on_train_start(Trainer&, LightningModule&) { start("train"); }
+void Timer::on_train_end(Trainer&, LightningModule&) { stop("train"); }
+void Timer::on_validation_start(Trainer&, LightningModule&) { start("validate"); }
+void Timer::on_validation_end(Trainer&, LightningModule&) { stop("validate"); }
+void Timer::on_test_start(Trainer&, LightningModule&) { start("test"); }
+void Timer::on_test_end(Trainer&, LightningModule&) { stop("test"); }
+
+void Timer::check(Trainer& trainer) {
+  if (!options_.duration()) return;
+  bool stop_now = time_elapsed("train") >= options_.duration()->count();
+  // Ranks' clocks differ: the first to run out stops them all, at the same step.
+  stop_now = trainer.strategy().reduce_boolean_decision(stop_now, /*all=*/false);
+  if (!stop_now) return;
+  trainer.set_should_stop(true);
+  if (options_.verbose() && trainer.is_global_zero()) {
+    std::cerr << "Timer: time limit of " << options_.duration()->count() << " s reached; stopping at epoch "
+              << trainer.current_epoch() << ", step " << trainer.global_step() << "\n";
+  }
+}
+
+void Timer::on_train_batch_end(Trainer& trainer, LightningModule&, const torch::Tensor&, const Batch&, int64_t) {
+  if (options_.interval() == "step") check(trainer);
+}
+
+void Timer::on_train_epoch_end(Trainer& trainer, LightningModule&) {
+  if (options_.interval() == "epoch") check(trainer);
+}
+
+StateDict Timer::state_dict() const {
+  StateDict s = new_state_dict();
+  c10::Dict<std::string, double> elapsed;
+  for (const char* stage : {"train", "validate", "test"}) elapsed.insert(stage, time_elapsed(stage));
+  s.insert("time_elapsed", elapsed);
+  return s;
+}
+
+void Timer::load_state_dict(const StateDict& state) {
+  if (!state.contains("time_elapsed")) return;
+  for (const auto& kv : state.at("time_elapsed").toGenericDict()) {
+    accumulated_[kv.key().toStringRef()] = kv.value().toDouble();
+  }
+}
+
+}  // namespace lt

@@ -1,0 +1,665 @@
+#include "cli/cli.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <regex>
+
+#include <CLI/CLI.hpp>
+
+#include "callbacks/model_checkpoint.h"
+#include "callbacks/progress_bar.h"
+#include "loops/fit_loop.h"
+#include "trainer/checkpoint.h"
+#include "trainer/registry.h"
+#include "trainer/trainer.h"
+
+namespace lt::cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::vector<std::string> kTopLevelKeys = {"seed_everything", "trainer", "model",    "data",      "callbacks",
+                                                "logger",          "strategy", "fit_loop", "ckpt_path", "plugins"};
+const std::vector<std::string> kSubcommands = {"fit", "validate", "test", "predict"};
+
+[[noreturn]] void fail(const ConfigSource& source, const std::string& path, const std::string& problem) {
+  throw ValueError(c10::str(source.str(), ": ", path, ": ", problem));
+}
+
+std::string join_path(const std::string& a, const std::string& b) { return a.empty() ? b : a + "." + b; }
+
+std::string valid_keys_hint(const std::string& key, const std::vector<std::string>& valid) {
+  std::string msg = "unknown key";
+  const std::string guess = did_you_mean(key, valid);
+  if (!guess.empty()) msg += "; did you mean '" + guess + "'?";
+  return msg + " (valid keys: " + c10::Join(", ", valid) + ")";
+}
+
+void check_keys(const ConfigNode& map, const std::string& path, const std::vector<std::string>& valid) {
+  for (const auto& [key, value] : map.entries) {
+    if (std::find(valid.begin(), valid.end(), key) == valid.end()) {
+      fail(value.key_source, join_path(path, key), valid_keys_hint(key, valid));
+    }
+  }
+}
+
+// -- typed values ---------------------------------------------------------------------
+
+std::optional<bool> parse_bool(const std::string& s) {
+  if (s == "true" || s == "True" || s == "TRUE") return true;
+  if (s == "false" || s == "False" || s == "FALSE") return false;
+  return std::nullopt;
+}
+
+std::optional<int64_t> parse_int(const std::string& s) {
+  static const std::regex kInt(R"(^[-+]?[0-9]+$)");
+  if (!std::regex_match(s, kInt)) return std::nullopt;
+  try {
+    return std::stoll(s);
+  } catch (const std::out_of_range&) {
+    return std::nullopt;
+  }
+}
+
+std::optional<double> parse_float(const std::string& s) {
+  if (s == ".inf" || s == ".Inf" || s == "+.inf") return INFINITY;
+  if (s == "-.inf" || s == "-.Inf") return -INFINITY;
+  if (s == ".nan" || s == ".NaN") return NAN;
+  static const std::regex kFloat(R"(^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$)");
+  if (!std::regex_match(s, kFloat)) return std::nullopt;
+  return std::strtod(s.c_str(), nullptr);
+}
+
+ArgValue parse_arg(const ArgSpec& spec, const ConfigNode& node, const std::string& path) {
+  auto expected = [&]() { fail(node.source, path, c10::str("expected ", arg_type_name(spec.type), ", got ", node.describe())); };
+  if (node.is_null()) {
+    if (spec.nullable) return std::monostate{};
+    expected();
+  }
+  if (spec.type == ArgType::kStringList) {
+    if (!node.is_list()) expected();
+    std::vector<std::string> out;
+    for (size_t i = 0; i < node.items.size(); ++i) {
+      LT_CHECK_VALUE(node.items[i].is_scalar(), node.items[i].source.str(), ": ", path, "[", i,
+                     "]: expected a string, got ", node.items[i].describe());
+      out.push_back(node.items[i].value);
+    }
+    return out;
+  }
+  if (!node.is_scalar()) expected();
+  const std::string& s = node.value;
+  switch (spec.type) {
+    case ArgType::kBool:
+      if (auto b = parse_bool(s); b && !node.quoted) return *b;
+      break;
+    case ArgType::kInt:
+      if (auto i = parse_int(s); i && !node.quoted) return *i;
+      break;
+    case ArgType::kFloat:
+      if (auto f = parse_float(s); f && !node.quoted) return *f;
+      break;
+    case ArgType::kIntOrFloat:
+      if (node.quoted) break;
+      if (auto i = parse_int(s)) return *i;
+      if (auto f = parse_float(s)) return *f;
+      break;
+    case ArgType::kString:
+      if (!spec.choices.empty() && std::find(spec.choices.begin(), spec.choices.end(), s) == spec.choices.end()) {
+        std::string msg = c10::str("expected one of ", c10::Join(", ", spec.choices), ", got '", s, "'");
+        const std::string guess = did_you_mean(s, spec.choices);
+        if (!guess.empty()) msg += "; did you mean '" + guess + "'?";
+        fail(node.source, path, msg);
+      }
+      return s;
+    case ArgType::kStringList:
+      break;
+  }
+  expected();
+  return {};
+}
+
+ConfigNode value_node(const ArgValue& value, const ConfigSource& source) {
+  if (std::holds_alternative<std::monostate>(value)) return ConfigNode::null(source);
+  if (const auto* list = std::get_if<std::vector<std::string>>(&value)) {
+    ConfigNode out = ConfigNode::list(source);
+    for (const auto& s : *list) out.items.push_back(ConfigNode::scalar(s, source, true));
+    return out;
+  }
+  return ConfigNode::scalar(arg_value_str(value), source, std::holds_alternative<std::string>(value));
+}
+
+// Checks `node` (a map or null) against `schema`; returns every schema key in order.
+ConfigNode resolve_args(const ArgSchema& schema, const ConfigNode* node, const std::string& path,
+                        const ConfigSource& owner) {
+  ConfigNode out = ConfigNode::map(node ? node->source : owner);
+  if (node != nullptr && !node->is_null()) {
+    if (!node->is_map()) fail(node->source, path, c10::str("expected a mapping of arguments, got ", node->describe()));
+    check_keys(*node, path, schema.names());
+  }
+  for (const auto& spec : schema.specs()) {
+    const ConfigNode* given = node != nullptr && node->is_map() ? node->find(spec.name) : nullptr;
+    const std::string key_path = join_path(path, spec.name);
+    if (given == nullptr) {
+      if (spec.required) {
+        fail(owner, key_path, c10::str("missing required argument (", arg_type_name(spec.type), "): ", spec.doc));
+      }
+      ConfigNode v = value_node(spec.default_value, owner);
+      out.set(spec.name, v);
+      continue;
+    }
+    ConfigNode v = value_node(parse_arg(spec, *given, key_path), given->source);
+    v.key_source = given->key_source;
+    out.set(spec.name, v);
+  }
+  return out;
+}
+
+InitArgs init_args_of(const ArgSchema& schema, const ConfigNode& resolved, const std::string& path,
+                      const TrainerOptions* trainer) {
+  std::map<std::string, ArgValue> values;
+  for (const auto& spec : schema.specs()) {
+    const ConfigNode* v = resolved.find(spec.name);
+    LT_CHECK(v != nullptr, "resolved config lacks ", join_path(path, spec.name));
+    values[spec.name] = parse_arg(spec, *v, join_path(path, spec.name));
+  }
+  return InitArgs(std::move(values), trainer, path);
+}
+
+// -- classes ----------------------------------------------------------------------------
+
+template <typename T>
+std::string registered_name(const Registry& registry, const std::string& class_path) {
+  if (registry.contains<T>(class_path)) return class_path;
+  // Lightning-style dotted paths: "lightning.pytorch.callbacks.EarlyStopping".
+  const auto dot = class_path.rfind('.');
+  if (dot != std::string::npos && registry.contains<T>(class_path.substr(dot + 1))) return class_path.substr(dot + 1);
+  return {};
+}
+
+// {class_path, init_args} (or a bare name) -> {class_path: <registered>, init_args: {every argument}}.
+template <typename T>
+ConfigNode resolve_class(const ConfigNode& node, const std::string& path, const Registry& registry) {
+  const std::string kind = RegistryKind<T>::kName;
+  const ConfigNode* class_path = nullptr;
+  const ConfigNode* init_args = nullptr;
+  if (node.is_scalar()) {
+    class_path = &node;
+  } else if (node.is_map()) {
+    check_keys(node, path, {"class_path", "init_args"});
+    class_path = node.find("class_path");
+    init_args = node.find("init_args");
+    if (class_path == nullptr) {
+      fail(node.source, join_path(path, "class_path"),
+           c10::str("missing; name the ", kind, " (registered ", kind, "s: ", c10::Join(", ", registry.names<T>()), ")"));
+    }
+  } else {
+    fail(node.source, path, c10::str("expected a ", kind, " name or {class_path, init_args}, got ", node.describe()));
+  }
+  const std::string cp_path = node.is_map() ? join_path(path, "class_path") : path;
+  if (!class_path->is_scalar()) {
+    fail(class_path->source, cp_path, c10::str("expected a ", kind, " name (a string), got ", class_path->describe()));
+  }
+  const std::string name = registered_name<T>(registry, class_path->value);
+  if (name.empty()) {
+    fail(class_path->source, cp_path, Registry::unknown_name_message(kind, class_path->value, registry.names<T>()));
+  }
+  const auto& entry = registry.get<T>(name);
+  ConfigNode out = ConfigNode::map(node.source);
+  out.key_source = node.key_source;
+  ConfigNode cp = ConfigNode::scalar(name, class_path->source);
+  out.set("class_path", cp);
+  out.set("init_args", resolve_args(entry.schema, init_args, join_path(path, "init_args"), class_path->source));
+  return out;
+}
+
+template <typename T>
+std::shared_ptr<T> build_class(const ConfigNode& resolved, const std::string& path, const Registry& registry,
+                               const TrainerOptions* trainer) {
+  const ConfigNode& cp = *resolved.find("class_path");
+  const auto& entry = registry.get<T>(cp.value);
+  const std::string args_path = join_path(path, "init_args");
+  InitArgs args = init_args_of(entry.schema, *resolved.find("init_args"), args_path, trainer);
+  try {
+    auto object = entry.factory(args);
+    LT_CHECK(object != nullptr, "the factory of ", RegistryKind<T>::kName, " '", cp.value, "' returned null");
+    return object;
+  } catch (const ValueError& e) {
+    // Name the class unless the message already starts with it.
+    const std::string msg = e.what();
+    fail(cp.source, args_path, msg.rfind(cp.value, 0) == 0 ? msg : c10::str(cp.value, ": ", msg));
+  }
+}
+
+// -- trainer ----------------------------------------------------------------------------
+
+const ArgSchema& trainer_schema() {
+  static const ArgSchema schema = [] {
+    const TrainerOptions d;
+    auto foc = [](const FractionOrCount& v) -> ArgValue {
+      if (v.is_count()) return v.count();
+      return v.fraction();
+    };
+    return ArgSchema()
+        .add_int("max_epochs", d.max_epochs(), "-1 with max_steps -1: 1000 epochs")
+        .add_int("max_steps", d.max_steps(), "optimizer steps; -1: unlimited")
+        .add_int("accumulate_grad_batches", d.accumulate_grad_batches(), "micro-batches per optimizer step")
+        .add_float("gradient_clip_val", d.gradient_clip_val(), "0: no clipping")
+        .add_string("gradient_clip_algorithm", "norm", "how to clip", {"norm", "value"})
+        .add_int_or_float("val_check_interval", foc(d.val_check_interval()), "fraction of an epoch or batch count")
+        .add_int("check_val_every_n_epoch", d.check_val_every_n_epoch(), "validate every n epochs")
+        .add_int_or_float("limit_train_batches", foc(d.limit_train_batches()), "fraction or count")
+        .add_int_or_float("limit_val_batches", foc(d.limit_val_batches()), "fraction or count")
+        .add_int_or_float("limit_test_batches", foc(d.limit_test_batches()), "fraction or count")
+        .add_int_or_float("limit_predict_batches", foc(d.limit_predict_batches()), "fraction or count")
+        .add_int("num_sanity_val_steps", d.num_sanity_val_steps(), "validation batches before fit; -1: all")
+        .add_bool("deterministic", d.deterministic(), "deterministic algorithms only")
+        .add_string("default_root_dir", d.default_root_dir(), "where logs and checkpoints go")
+        .add_string("accelerator", d.accelerator(), "device type", {"cpu", "cuda", "auto"})
+        .add_int("devices", d.devices(), "devices (processes) per node")
+        .add_int("num_nodes", d.num_nodes(), "nodes")
+        .add_string("uneven_inputs", "join", "DDP with uneven shards", {"join", "pad", "error"})
+        .add_int("log_every_n_steps", d.log_every_n_steps(), "logger interval in optimizer steps")
+        .add_bool("enable_progress_bar", d.enable_progress_bar(), "add a ProgressBar if none is configured")
+        .add_bool("enable_checkpointing", true, "fit: add a ModelCheckpoint if none is configured");
+  }();
+  return schema;
+}
+
+FractionOrCount to_foc(const ArgValue& v) {
+  if (const auto* i = std::get_if<int64_t>(&v)) return FractionOrCount(*i);
+  return FractionOrCount(std::get<double>(v));
+}
+
+TrainerOptions trainer_options_from(const InitArgs& a) {
+  TrainerOptions o;
+  o.max_epochs(a.get_int("max_epochs"))
+      .max_steps(a.get_int("max_steps"))
+      .accumulate_grad_batches(a.get_int("accumulate_grad_batches"))
+      .gradient_clip_val(a.get_float("gradient_clip_val"))
+      .gradient_clip_algorithm(a.get_string("gradient_clip_algorithm") == "value" ? GradientClipAlgorithm::kValue
+                                                                                   : GradientClipAlgorithm::kNorm)
+      .val_check_interval(to_foc(a.get("val_check_interval")))
+      .check_val_every_n_epoch(a.get_int("check_val_every_n_epoch"))
+      .limit_train_batches(to_foc(a.get("limit_train_batches")))
+      .limit_val_batches(to_foc(a.get("limit_val_batches")))
+      .limit_test_batches(to_foc(a.get("limit_test_batches")))
+      .limit_predict_batches(to_foc(a.get("limit_predict_batches")))
+      .num_sanity_val_steps(a.get_int("num_sanity_val_steps"))
+      .deterministic(a.get_bool("deterministic"))
+      .default_root_dir(a.get_string("default_root_dir"))
+      .accelerator(a.get_string("accelerator"))
+      .devices(a.get_int("devices"))
+      .num_nodes(a.get_int("num_nodes"))
+      .log_every_n_steps(a.get_int("log_every_n_steps"))
+      .enable_progress_bar(a.get_bool("enable_progress_bar"));
+  const std::string& uneven = a.get_string("uneven_inputs");
+  o.uneven_inputs(uneven == "pad" ? UnevenInputs::kPad : uneven == "error" ? UnevenInputs::kError : UnevenInputs::kJoin);
+  return o;
+}
+
+// TrainerOptions::validate() names the key ("trainer.max_epochs must be ...");
+// point at the line that set it.
+void validate_trainer(const ConfigNode& resolved_trainer) {
+  TrainerOptions o = trainer_options_from(init_args_of(trainer_schema(), resolved_trainer, "trainer", nullptr));
+  try {
+    o.validate();
+  } catch (const ValueError& e) {
+    static const std::regex kKey(R"(trainer\.([a-z_]+))");
+    std::smatch m;
+    const std::string msg = e.what();
+    ConfigSource source = resolved_trainer.source;
+    if (std::regex_search(msg, m, kKey)) {
+      if (const ConfigNode* v = resolved_trainer.find(m[1])) source = v->source;
+    }
+    throw ValueError(c10::str(source.str(), ": ", msg));
+  }
+}
+
+// trainer.{callbacks,logger,strategy,seed} are accepted as aliases of the top-level keys.
+void lift_trainer_aliases(ConfigNode& root) {
+  ConfigNode* trainer = root.find("trainer");
+  if (trainer == nullptr || !trainer->is_map()) return;
+  const std::pair<const char*, const char*> kAliases[] = {
+      {"callbacks", "callbacks"}, {"logger", "logger"}, {"strategy", "strategy"}, {"seed", "seed_everything"}};
+  for (const auto& [inner, outer] : kAliases) {
+    ConfigNode* v = trainer->find(inner);
+    if (v == nullptr) continue;
+    if (const ConfigNode* top = root.find(outer)) {
+      fail(v->key_source, c10::str("trainer.", inner),
+           c10::str("given twice: here and as top-level '", outer, "' (", top->key_source.str(), "); keep one"));
+    }
+    ConfigNode moved = *v;
+    trainer->erase(inner);
+    root.set(outer, std::move(moved));
+  }
+}
+
+const ConfigSource& first_source(const ConfigNode& root) { return root.source; }
+
+}  // namespace
+
+// -- resolve -------------------------------------------------------------------------------
+
+ConfigNode resolve_config(const ConfigNode& config, const Registry& registry, const std::string& subcommand) {
+  LT_CHECK_VALUE(std::find(kSubcommands.begin(), kSubcommands.end(), subcommand) != kSubcommands.end(),
+                 "unknown subcommand '", subcommand, "' (valid: fit, validate, test, predict)");
+  ConfigNode root = config.is_null() ? ConfigNode::map(config.source) : config;
+  if (!root.is_map()) fail(root.source, "config", c10::str("expected a mapping, got ", root.describe()));
+  lift_trainer_aliases(root);
+  check_keys(root, "", kTopLevelKeys);
+  ConfigNode out = ConfigNode::map(root.source);
+
+  // seed_everything: int, null or false.
+  const ConfigNode* seed = root.find("seed_everything");
+  if (seed != nullptr && seed->is_scalar() && !seed->quoted && parse_bool(seed->value) == false) seed = nullptr;
+  {
+    ArgSpec spec;
+    spec.name = "seed_everything";
+    spec.type = ArgType::kInt;
+    spec.nullable = true;
+    out.set("seed_everything", seed ? value_node(parse_arg(spec, *seed, "seed_everything"), seed->source)
+                                    : ConfigNode::null());
+  }
+
+  const ConfigNode* trainer = root.find("trainer");
+  ConfigNode resolved_trainer = resolve_args(trainer_schema(), trainer, "trainer", trainer ? trainer->source : root.source);
+  validate_trainer(resolved_trainer);
+  out.set("trainer", resolved_trainer);
+
+  for (const auto& [key, kind] : {std::pair<std::string, std::string>{"model", "model"}, {"data", "data module"}}) {
+    const ConfigNode* node = root.find(key);
+    if (node == nullptr || node->is_null()) {
+      const auto names = key == "model" ? registry.names<LightningModule>() : registry.names<DataModule>();
+      fail(first_source(root), key,
+           c10::str("missing; '", subcommand, "' needs a ", kind, ": {class_path: <name>, init_args: {...}} (registered ",
+                    kind, "s: ", names.empty() ? std::string("none") : c10::Join(", ", names), ")"));
+    }
+    out.set(key, key == "model" ? resolve_class<LightningModule>(*node, key, registry)
+                                : resolve_class<DataModule>(*node, key, registry));
+  }
+
+  ConfigNode callbacks = ConfigNode::list();
+  if (const ConfigNode* node = root.find("callbacks"); node != nullptr && !node->is_null()) {
+    if (!node->is_list()) {
+      fail(node->source, "callbacks", c10::str("expected a list of {class_path, init_args}, got ", node->describe()));
+    }
+    callbacks.source = node->source;
+    for (size_t i = 0; i < node->items.size(); ++i) {
+      callbacks.items.push_back(resolve_class<Callback>(node->items[i], c10::str("callbacks[", i, "]"), registry));
+    }
+  }
+  out.set("callbacks", callbacks);
+
+  // logger: true/null -> CSVLogger, false -> none.
+  const ConfigNode* logger = root.find("logger");
+  std::optional<bool> logger_flag;
+  if (logger == nullptr || logger->is_null()) logger_flag = true;
+  else if (logger->is_scalar() && !logger->quoted) logger_flag = parse_bool(logger->value);
+  if (logger_flag == false) {
+    out.set("logger", ConfigNode::scalar("false", logger->source));
+  } else if (logger_flag == true) {
+    out.set("logger", resolve_class<Logger>(ConfigNode::scalar("CSVLogger", logger ? logger->source : ConfigSource{}),
+                                            "logger", registry));
+  } else {
+    out.set("logger", resolve_class<Logger>(*logger, "logger", registry));
+  }
+
+  // strategy: null or "auto" -> single_device, or ddp for more than one process.
+  const ConfigNode* strategy = root.find("strategy");
+  if (strategy == nullptr || strategy->is_null() || (strategy->is_scalar() && strategy->value == "auto")) {
+    const ConfigNode& t = *out.find("trainer");
+    const bool many = std::stoll(t.find("devices")->value) * std::stoll(t.find("num_nodes")->value) > 1;
+    ConfigNode name = ConfigNode::scalar(many ? "ddp" : "single_device", strategy ? strategy->source : t.source);
+    out.set("strategy", resolve_class<Strategy>(name, "strategy", registry));
+  } else {
+    out.set("strategy", resolve_class<Strategy>(*strategy, "strategy", registry));
+  }
+
+  const ConfigNode* loop = root.find("fit_loop");
+  out.set("fit_loop", resolve_class<FitLoop>(loop && !loop->is_null() ? *loop : ConfigNode::scalar("FitLoop"),
+                                             "fit_loop", registry));
+
+  const ConfigNode* ckpt = root.find("ckpt_path");
+  if (ckpt == nullptr || ckpt->is_null()) {
+    out.set("ckpt_path", ConfigNode::null());
+  } else {
+    if (!ckpt->is_scalar()) fail(ckpt->source, "ckpt_path", c10::str("expected a path (a string), got ", ckpt->describe()));
+    if (!fs::is_regular_file(ckpt->value)) fail(ckpt->source, "ckpt_path", c10::str("'", ckpt->value, "' does not exist"));
+    out.set("ckpt_path", ConfigNode::scalar(ckpt->value, ckpt->source, true));
+  }
+
+  ConfigNode plugins = ConfigNode::list();
+  for (const auto& p : registry.plugins()) plugins.items.push_back(ConfigNode::scalar(p, {}, true));
+  out.set("plugins", plugins);
+  return out;
+}
+
+// -- build ---------------------------------------------------------------------------------
+
+namespace {
+// Lightning's SaveConfigCallback: the resolved config beside the run's logs.
+class SaveConfigCallback : public Callback {
+ public:
+  explicit SaveConfigCallback(std::string yaml) : yaml_(std::move(yaml)) {}
+  std::string name() const override { return "SaveConfigCallback"; }
+  void setup(Trainer& trainer, LightningModule&, Stage stage) override {
+    if (stage != Stage::kTrain || !trainer.is_global_zero()) return;
+    fs::create_directories(trainer.log_dir());
+    std::ofstream(fs::path(trainer.log_dir()) / "config.yaml") << yaml_;
+  }
+
+ private:
+  std::string yaml_;
+};
+}  // namespace
+
+RunObjects build_run(const ConfigNode& resolved, const Registry& registry, const std::string& subcommand) {
+  RunObjects run;
+  const ConfigNode& t = *resolved.find("trainer");
+  const InitArgs trainer_args = init_args_of(trainer_schema(), t, "trainer", nullptr);
+  run.trainer = trainer_options_from(trainer_args);
+  if (const ConfigNode& seed = *resolved.find("seed_everything"); seed.is_scalar()) {
+    run.trainer.seed(static_cast<uint64_t>(std::stoll(seed.value)));
+  }
+  // As LightningCLI: seed before the model is built, so its initial weights are reproducible.
+  if (run.trainer.seed()) seed_everything(*run.trainer.seed(), run.trainer.deterministic());
+
+  std::vector<std::shared_ptr<Callback>> callbacks;
+  const ConfigNode& cbs = *resolved.find("callbacks");
+  bool has_progress_bar = false, has_checkpoint = false;
+  for (size_t i = 0; i < cbs.items.size(); ++i) {
+    auto cb = build_class<Callback>(cbs.items[i], c10::str("callbacks[", i, "]"), registry, &run.trainer);
+    has_progress_bar |= dynamic_cast<ProgressBar*>(cb.get()) != nullptr;
+    has_checkpoint |= dynamic_cast<ModelCheckpoint*>(cb.get()) != nullptr;
+    callbacks.push_back(std::move(cb));
+  }
+  if (run.trainer.enable_progress_bar() && !has_progress_bar) callbacks.push_back(std::make_shared<ProgressBar>());
+  if (subcommand == "fit" && trainer_args.get_bool("enable_checkpointing") && !has_checkpoint) {
+    callbacks.push_back(std::make_shared<ModelCheckpoint>());
+  }
+  if (subcommand == "fit") callbacks.push_back(std::make_shared<SaveConfigCallback>(to_yaml(resolved)));
+  run.trainer.callbacks(std::move(callbacks));
+
+  const ConfigNode& logger = *resolved.find("logger");
+  if (logger.is_map()) run.trainer.logger(build_class<Logger>(logger, "logger", registry, &run.trainer));
+  run.trainer.strategy(build_class<Strategy>(*resolved.find("strategy"), "strategy", registry, &run.trainer));
+  run.fit_loop = build_class<FitLoop>(*resolved.find("fit_loop"), "fit_loop", registry, &run.trainer);
+  run.model = build_class<LightningModule>(*resolved.find("model"), "model", registry, &run.trainer);
+  run.data = build_class<DataModule>(*resolved.find("data"), "data", registry, &run.trainer);
+  const ConfigNode& ckpt = *resolved.find("ckpt_path");
+  if (ckpt.is_scalar()) run.ckpt_path = ckpt.value;
+  return run;
+}
+
+// -- the command -----------------------------------------------------------------------------
+
+namespace {
+
+std::string usage_footer(const Registry& registry) {
+  return "\nConfig keys: seed_everything, trainer, model, data, callbacks, logger, strategy, fit_loop, ckpt_path, "
+         "plugins.\nOverride any key with --key.path=value, e.g. --trainer.max_epochs=3 "
+         "--model.init_args.hidden=128.\n\nRegistered (load more with --plugin path/to/lib.so):\n" +
+         registry.describe();
+}
+
+// --plugin is read before anything else so that --help lists what plugins register.
+std::vector<std::string> plugin_args(const std::vector<std::string>& args) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--plugin" && i + 1 < args.size()) out.push_back(args[++i]);
+    else if (args[i].rfind("--plugin=", 0) == 0) out.push_back(args[i].substr(9));
+  }
+  return out;
+}
+
+void print_metrics(std::ostream& out, const std::string& title, const std::map<std::string, double>& metrics) {
+  out << title << "\n";
+  for (const auto& [k, v] : metrics) out << "  " << k << ": " << v << "\n";
+}
+
+int execute(const std::string& subcommand, const std::vector<std::string>& configs,
+            const std::vector<std::string>& extras, const std::vector<std::string>& plugins, bool print_config,
+            Registry& registry, std::ostream& out) {
+  ConfigNode root = ConfigNode::map();
+  for (const auto& path : configs) {
+    ConfigNode file = load_config_file(path);
+    if (root.entries.empty()) root.source = file.source;
+    merge_config(root, file);
+  }
+  for (size_t i = 0; i < extras.size(); ++i) {
+    const std::string& arg = extras[i];
+    LT_CHECK_VALUE(arg.rfind("--", 0) == 0 && arg.size() > 2, "command line '", arg,
+                   "': unexpected argument (overrides look like --trainer.max_epochs=3)");
+    std::string key = arg.substr(2), value;
+    std::string shown = arg;
+    if (auto eq = key.find('='); eq != std::string::npos) {
+      value = key.substr(eq + 1);
+      key = key.substr(0, eq);
+    } else {
+      LT_CHECK_VALUE(i + 1 < extras.size() && extras[i + 1].rfind("--", 0) != 0, "command line '", arg,
+                     "': missing value (use ", arg, "=<value>)");
+      value = extras[++i];
+      shown = arg + "=" + value;
+    }
+    const std::string top = key.substr(0, key.find('.'));
+    if (std::find(kTopLevelKeys.begin(), kTopLevelKeys.end(), top) == kTopLevelKeys.end()) {
+      throw ValueError(c10::str("command line '", shown, "': ", valid_keys_hint(top, kTopLevelKeys)));
+    }
+    apply_override(root, key, value, shown);
+  }
+  // Plugins named in the configs, then on the command line.
+  if (const ConfigNode* p = root.find("plugins"); p != nullptr && !p->is_null()) {
+    if (!p->is_list()) fail(p->source, "plugins", c10::str("expected a list of paths, got ", p->describe()));
+    for (size_t i = 0; i < p->items.size(); ++i) {
+      const ConfigNode& item = p->items[i];
+      if (!item.is_scalar()) fail(item.source, c10::str("plugins[", i, "]"), "expected a path, got " + item.describe());
+      try {
+        registry.load_plugin(item.value);
+      } catch (const ValueError& e) {
+        fail(item.source, c10::str("plugins[", i, "]"), e.what());
+      }
+    }
+  }
+  for (const auto& path : plugins) registry.load_plugin(path);
+
+  const ConfigNode resolved = resolve_config(root, registry, subcommand);
+  if (print_config) {
+    out << to_yaml(resolved);
+    return kExitOk;
+  }
+  RunObjects run = build_run(resolved, registry, subcommand);
+  Trainer trainer(run.trainer);
+  trainer.set_fit_loop(run.fit_loop);
+  if (subcommand == "fit") {
+    trainer.fit(run.model, run.data, run.ckpt_path);
+    return kExitOk;
+  }
+  if (!run.ckpt_path.empty()) load_weights(*run.model, run.ckpt_path);
+  if (subcommand == "validate") {
+    auto metrics = trainer.validate(run.model, run.data);
+    if (trainer.is_global_zero()) print_metrics(out, "Validation metrics:", metrics);
+  } else if (subcommand == "test") {
+    auto metrics = trainer.test(run.model, run.data);
+    if (trainer.is_global_zero()) print_metrics(out, "Test metrics:", metrics);
+  } else {
+    auto predictions = trainer.predict(run.model, run.data);
+    if (trainer.is_global_zero()) {
+      fs::create_directories(trainer.log_dir());
+      const std::string path = (fs::path(trainer.log_dir()) / "predictions.pt").string();
+      c10::List<torch::Tensor> list;
+      for (const auto& p : predictions) list.push_back(p.cpu());
+      atomic_pickle_save(list, path);
+      out << "Wrote " << predictions.size() << " prediction batches to " << path << "\n";
+    }
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+int run(const std::vector<std::string>& args, Registry& registry, std::ostream& out, std::ostream& err) {
+  try {
+    for (const auto& path : plugin_args(args)) registry.load_plugin(path);
+  } catch (const ValueError& e) {
+    err << "error: " << e.what() << "\n";
+    return kExitConfigError;
+  }
+
+  CLI::App app{"lightning-cpp: train, validate, test or predict from YAML configs", "lightning-cpp"};
+  app.require_subcommand(1);
+  app.footer(usage_footer(registry));
+  std::vector<std::string> top_plugins;
+  app.add_option("--plugin", top_plugins, "load a plugin shared library by path (repeatable)");
+  struct Sub {
+    CLI::App* app;
+    std::vector<std::string> configs, plugins;
+    bool print_config = false;
+  };
+  std::vector<Sub> subs(kSubcommands.size());
+  const std::map<std::string, std::string> docs = {{"fit", "train the model (resume with ckpt_path)"},
+                                                    {"validate", "run one validation epoch"},
+                                                    {"test", "run the test set"},
+                                                    {"predict", "predict and save <log_dir>/predictions.pt"}};
+  for (size_t i = 0; i < kSubcommands.size(); ++i) {
+    Sub& s = subs[i];
+    s.app = app.add_subcommand(kSubcommands[i], docs.at(kSubcommands[i]));
+    s.app->add_option("-c,--config", s.configs, "a YAML config; repeatable, later files override earlier ones");
+    s.app->add_flag("--print_config", s.print_config, "print the fully resolved config and exit");
+    s.app->add_option("--plugin", s.plugins, "load a plugin shared library by path (repeatable)");
+    s.app->allow_extras();
+    s.app->footer(usage_footer(registry));
+  }
+
+  std::vector<const char*> argv{"lightning-cpp"};
+  for (const auto& a : args) argv.push_back(a.c_str());
+  try {
+    app.parse(static_cast<int>(argv.size()), argv.data());
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e, out, err);
+    return code == 0 ? kExitOk : kExitConfigError;
+  }
+
+  for (const Sub& s : subs) {
+    if (!s.app->parsed()) continue;
+    try {
+      return execute(s.app->get_name(), s.configs, s.app->remaining(), s.plugins, s.print_config, registry, out);
+    } catch (const ValueError& e) {
+      err << "error: " << e.what() << "\n";
+      return kExitConfigError;
+    } catch (const std::exception& e) {
+      err << "error: " << e.what() << "\n";
+      return kExitFailure;
+    }
+  }
+  return kExitConfigError;
+}
+
+int main(int argc, char** argv, Registry& registry) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  return run(args, registry, std::cout, std::cerr);
+}
+
+}  // namespace lt::cli

@@ -1,0 +1,65 @@
+#pragma once
+// The lightning-cpp command, in the style of LightningCLI:
+//
+//   lightning-cpp fit|validate|test|predict --config a.yaml [--config b.yaml]
+//       [--trainer.max_epochs=3 --model.init_args.hidden=128 ...] [--plugin libmine.so]
+//       [--print_config] [--help]
+//
+// Config files merge in order, then the dotted overrides apply in order. The
+// whole config is checked against the registry before anything is built or
+// written: an unknown key, a wrong type or an unknown class name is reported
+// with its file, line and key path, and the command exits with code 2.
+//
+// Config schema (top-level keys):
+//   seed_everything: int | null
+//   trainer: {TrainerOptions fields, enable_checkpointing}
+//   model:, data:            {class_path: <name>, init_args: {...}} (or just <name>)
+//   callbacks:               [{class_path, init_args}, ...]
+//   logger:                  true (CSVLogger) | false | {class_path, init_args}
+//   strategy:                <name> | {class_path, init_args}   (also accepted under trainer:)
+//   fit_loop:                {class_path, init_args}
+//   ckpt_path:               path | null   (fit: resume; validate/test/predict: weights)
+//   plugins:                 [path/to/libplugin.so, ...]
+
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/config.h"
+#include "trainer/trainer_options.h"
+
+namespace lt {
+class Registry;
+class LightningModule;
+class DataModule;
+class FitLoop;
+}  // namespace lt
+
+namespace lt::cli {
+
+enum ExitCode : int { kExitOk = 0, kExitFailure = 1, kExitConfigError = 2 };
+
+int main(int argc, char** argv, Registry& registry);
+// `args` without the program name; output goes to `out` and `err`.
+int run(const std::vector<std::string>& args, Registry& registry, std::ostream& out, std::ostream& err);
+
+// -- the pieces, for tests and programs that embed the CLI ------------------------------
+
+// Checks `config` against the registry and fills in every default; throws
+// lt::ValueError "<file>:<line>: <key.path>: <problem>". `subcommand` is fit,
+// validate, test or predict. Plugins must already be loaded.
+ConfigNode resolve_config(const ConfigNode& config, const Registry& registry, const std::string& subcommand);
+
+struct RunObjects {
+  TrainerOptions trainer;  // with callbacks, logger and strategy
+  std::shared_ptr<LightningModule> model;
+  std::shared_ptr<DataModule> data;
+  std::shared_ptr<FitLoop> fit_loop;
+  std::string ckpt_path;
+};
+// Builds the objects of a resolved config (factories run here; their
+// lt::ValueErrors get the location of the class that failed).
+RunObjects build_run(const ConfigNode& resolved, const Registry& registry, const std::string& subcommand);
+
+}  // namespace lt::cli

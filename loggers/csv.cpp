@@ -1,0 +1,132 @@
+#include "loggers/csv.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include <yaml-cpp/yaml.h>
+
+#include "trainer/check.h"
+
+namespace lt {
+
+namespace fs = std::filesystem;
+
+namespace {
+// Python's repr of a float, as csv.DictWriter writes it.
+std::string float_repr(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char buf[64];
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof(buf), "%.*g", precision, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  std::string s = buf;
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";
+  return s;
+}
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+}  // namespace
+
+CSVLogger::CSVLogger(CSVLoggerOptions options) : options_(std::move(options)) {
+  LT_CHECK_VALUE(!options_.name().empty(), "CSVLogger: name must not be empty");
+  LT_CHECK_VALUE(options_.flush_logs_every_n_steps() >= 1, "CSVLogger: flush_logs_every_n_steps must be >= 1, got ",
+                 options_.flush_logs_every_n_steps());
+  if (options_.version()) {
+    LT_CHECK_VALUE(*options_.version() >= 0, "CSVLogger: version must be >= 0, got ", *options_.version());
+  }
+  version_ = options_.version();
+}
+
+CSVLogger::~CSVLogger() {
+  try {
+    save();
+  } catch (...) {
+  }
+}
+
+int64_t CSVLogger::version() const {
+  if (!version_) {
+    int64_t next = 0;
+    const fs::path root = fs::path(options_.save_dir()) / options_.name();
+    std::error_code ec;
+    static const std::regex kVersion(R"(version_(\d+))");
+    for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+      std::smatch m;
+      const std::string name = it->path().filename().string();
+      if (it->is_directory() && std::regex_match(name, m, kVersion)) next = std::max<int64_t>(next, std::stoll(m[1]) + 1);
+    }
+    version_ = next;
+  }
+  return *version_;
+}
+
+std::string CSVLogger::log_dir() const {
+  return (fs::path(options_.save_dir()) / options_.name() / ("version_" + std::to_string(version()))).string();
+}
+
+void CSVLogger::log_metrics(const std::map<std::string, double>& metrics, int64_t step) {
+  rows_.push_back(Row{step, metrics});
+  if (static_cast<int64_t>(rows_.size() - rows_written_) >= options_.flush_logs_every_n_steps()) write_metrics();
+}
+
+void CSVLogger::log_hyperparams(const HParams& params) {
+  for (const auto& [k, v] : params) hparams_[k] = v;
+  fs::create_directories(log_dir());
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  for (const auto& [k, v] : hparams_) out << YAML::Key << k << YAML::Value << v;
+  out << YAML::EndMap;
+  std::ofstream f(fs::path(log_dir()) / kHparamsFile, std::ios::trunc);
+  f << (hparams_.empty() ? std::string("{}") : std::string(out.c_str())) << "\n";
+}
+
+void CSVLogger::write_metrics() {
+  if (rows_written_ == rows_.size()) return;
+  std::set<std::string> keys(keys_.begin(), keys_.end());
+  keys.insert("step");
+  for (size_t i = rows_written_; i < rows_.size(); ++i) {
+    for (const auto& kv : rows_[i].values) keys.insert(kv.first);
+  }
+  const bool new_keys = keys.size() != keys_.size();
+  keys_.assign(keys.begin(), keys.end());
+  fs::create_directories(log_dir());
+  const fs::path path = fs::path(log_dir()) / kMetricsFile;
+  // A new column means a new header: rewrite the file, as Lightning does.
+  const bool rewrite = new_keys || !header_written_;
+  std::ofstream f(path, rewrite ? std::ios::trunc : std::ios::app);
+  LT_CHECK(f.good(), "CSVLogger: cannot write '", path.string(), "'");
+  if (rewrite) {
+    for (size_t i = 0; i < keys_.size(); ++i) f << (i ? "," : "") << csv_field(keys_[i]);
+    f << "\n";
+    header_written_ = true;
+  }
+  for (size_t r = rewrite ? 0 : rows_written_; r < rows_.size(); ++r) {
+    for (size_t i = 0; i < keys_.size(); ++i) {
+      if (i) f << ",";
+      if (keys_[i] == "step") {
+        f << rows_[r].step;
+      } else if (auto it = rows_[r].values.find(keys_[i]); it != rows_[r].values.end()) {
+        f << float_repr(it->second);
+      }
+    }
+    f << "\n";
+  }
+  rows_written_ = rows_.size();
+}
+
+void CSVLogger::save() { write_metrics(); }
+
+void CSVLogger::finalize(const std::string& /*status*/) { save(); }
+
+}  // namespace lt

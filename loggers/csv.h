@@ -1,0 +1,63 @@
+#pragma once
+// lt::CSVLogger: metrics.csv and hparams.yaml under
+// <save_dir>/<name>/version_<N>, as Lightning's CSVLogger lays them out. N is
+// the next free version unless given. Nothing is created before the first
+// write, so building a logger (a config being checked) leaves no trace.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <torch/arg.h>
+
+#include "loggers/logger.h"
+
+namespace lt {
+
+struct CSVLoggerOptions {
+  CSVLoggerOptions(std::string save_dir = ".") : save_dir_(std::move(save_dir)) {}  // NOLINT
+  TORCH_ARG(std::string, save_dir);
+  TORCH_ARG(std::string, name) = "lightning_logs";
+  // Unset: the next free version_N.
+  TORCH_ARG(std::optional<int64_t>, version) = std::nullopt;
+  // Rows are buffered and written every this many log calls (and on save()).
+  TORCH_ARG(int64_t, flush_logs_every_n_steps) = 100;
+};
+
+class CSVLogger : public Logger {
+ public:
+  static constexpr const char* kMetricsFile = "metrics.csv";
+  static constexpr const char* kHparamsFile = "hparams.yaml";
+
+  explicit CSVLogger(CSVLoggerOptions options = {});
+  ~CSVLogger() override;
+
+  std::string name() const override { return options_.name(); }
+  void log_metrics(const std::map<std::string, double>& metrics, int64_t step) override;
+  void log_hyperparams(const HParams& params) override;
+  void save() override;
+  void finalize(const std::string& status) override;
+  // <save_dir>/<name>/version_<N>; the version is fixed at the first call.
+  std::string log_dir() const override;
+  int64_t version() const;
+
+ private:
+  struct Row {
+    int64_t step;
+    std::map<std::string, double> values;
+  };
+  void write_metrics();
+
+  CSVLoggerOptions options_;
+  mutable std::optional<int64_t> version_;
+  HParams hparams_;
+  std::vector<std::string> keys_;  // sorted, "step" included
+  std::vector<Row> rows_;          // every row so far (rewritten when a new key appears)
+  size_t rows_written_ = 0;
+  bool header_written_ = false;
+};
+
+}  // namespace lt
