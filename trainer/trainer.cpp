@@ -128,20 +128,16 @@ void Trainer::fit(const std::shared_ptr<LightningModule>& module, std::shared_pt
     fit_loop_->run(ctx, *train, val.get());
     run->hooks.call(&Callback::on_fit_end);
     module->on_fit_end();
-  } catch (const Interrupted& e) {
-    // Every rank left the loop at the same step boundary, so the checkpoint's
-    // collectives (barrier) are safe here.
-    run->hooks.call(&Callback::on_exception, e);
-    std::filesystem::create_directories(options_.default_root_dir());
-    save_checkpoint((std::filesystem::path(options_.default_root_dir()) / "interrupted.ckpt").string());
-    if (ctx.logger != nullptr) ctx.logger->finalize("interrupted");
-    strategy_->teardown();
-    module_->detach();
-    module_ = nullptr;
-    throw;
   } catch (const std::exception& e) {
     run->hooks.call(&Callback::on_exception, e);
-    if (ctx.logger != nullptr) ctx.logger->finalize("failed");
+    const bool interrupted = dynamic_cast<const Interrupted*>(&e) != nullptr;
+    if (interrupted) {
+      // Every rank left the loop at the same step boundary, so the
+      // checkpoint's collectives (barrier) are safe here.
+      std::filesystem::create_directories(options_.default_root_dir());
+      save_checkpoint((std::filesystem::path(options_.default_root_dir()) / "interrupted.ckpt").string());
+    }
+    if (ctx.logger != nullptr) ctx.logger->finalize(interrupted ? "interrupted" : "failed");
     strategy_->teardown();
     module_->detach();
     module_ = nullptr;
