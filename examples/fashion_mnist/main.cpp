@@ -1,6 +1,8 @@
 // Fashion-MNIST with lightning-cpp: trains the MLP (or, with --cnn, the CNN)
 // and prints the test accuracy.
-//   fashion_mnist [--cnn] [--epochs N] [--data DIR]
+//   fashion_mnist [--cnn] [--epochs N] [--data DIR] [--devices N]
+// --devices N > 1 trains with the ddp strategy: this process launches N
+// worker processes of itself and exits when they are done (see plugins/strategies/ddp.h).
 
 #include <cstdio>
 #include <cstring>
@@ -8,19 +10,22 @@
 #include <string>
 
 #include "examples/fashion_mnist/fashion_mnist.h"
+#include "plugins/strategies/ddp.h"
 #include "trainer/check.h"
 #include "trainer/trainer.h"
 
 int main(int argc, char** argv) {
   bool cnn = false;
   int64_t epochs = 3;
+  int64_t devices = 1;
   std::string data_dir = lt::kFashionMnistDir;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--cnn")) cnn = true;
     else if (!std::strcmp(argv[i], "--epochs") && i + 1 < argc) epochs = std::stoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--data") && i + 1 < argc) data_dir = argv[++i];
+    else if (!std::strcmp(argv[i], "--devices") && i + 1 < argc) devices = std::stoll(argv[++i]);
     else {
-      std::cerr << "usage: fashion_mnist [--cnn] [--epochs N] [--data DIR]\n";
+      std::cerr << "usage: fashion_mnist [--cnn] [--epochs N] [--data DIR] [--devices N]\n";
       return 2;
     }
   }
@@ -31,11 +36,15 @@ int main(int argc, char** argv) {
     else model = std::make_shared<lt::examples::MlpClassifier>();
     auto data = std::make_shared<lt::examples::FashionMnistDataModule>(
         lt::examples::FashionMnistDataOptions().data_dir(data_dir));
-    lt::Trainer trainer(lt::TrainerOptions().max_epochs(epochs).seed(0));
+    auto options = lt::TrainerOptions().max_epochs(epochs).seed(0);
+    if (devices > 1) options.devices(devices).strategy(std::make_shared<lt::DDPStrategy>());
+    lt::Trainer trainer(options);
     trainer.fit(model, data);
-    auto metrics = trainer.test(model, data);
-    std::printf("%s test accuracy: %.4f (test loss %.4f)\n", cnn ? "CNN" : "MLP", metrics["test_acc"],
-                metrics["test_loss"]);
+    auto metrics = trainer.test(model, data);  // sync_dist: the same on every rank
+    if (trainer.is_global_zero()) {
+      std::printf("%s test accuracy: %.4f (test loss %.4f)\n", cnn ? "CNN" : "MLP", metrics["test_acc"],
+                  metrics["test_loss"]);
+    }
   } catch (const lt::ValueError& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 2;

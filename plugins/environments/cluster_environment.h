@@ -1,0 +1,51 @@
+#pragma once
+// ClusterEnvironment: where this process comes from and who its peers are
+// (Lightning's plugins/environments). The DDP strategy asks it for the rank,
+// world size and rendezvous address; it never starts processes itself (that
+// is plugins/launchers/subprocess_script.h).
+//
+// Chosen automatically by select_cluster_environment(), first match wins:
+//   1. a worker of our own local spawn (LT_LOCAL_SPAWN=1 and RANK set)  -> LocalEnvironment
+//   2. torchrun, or generic RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT vars -> TorchrunEnvironment
+//   3. SLURM (SLURM_PROCID and SLURM_NTASKS, not an interactive shell)  -> SlurmEnvironment
+//   4. Open MPI (OMPI_COMM_WORLD_*) or MPICH/Intel MPI (PMI_RANK/PMI_SIZE) -> MpiEnvironment
+//   5. none of these: this process is the supervisor of a local spawn   -> LocalEnvironment
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace lt {
+
+class ClusterEnvironment {
+ public:
+  virtual ~ClusterEnvironment() = default;
+  virtual std::string name() const = 0;
+  // True when something outside us (torchrun, srun, mpirun, our own
+  // supervisor) started every rank: this process is a worker. False only
+  // in the supervisor of a local spawn, which must start the workers.
+  virtual bool creates_processes_externally() const = 0;
+  virtual std::string main_address() const = 0;
+  virtual int main_port() const = 0;
+  virtual int64_t world_size() const = 0;
+  virtual int64_t global_rank() const = 0;
+  virtual int64_t local_rank() const = 0;
+  virtual int64_t node_rank() const = 0;
+  // Processes on this node (local world size), when the environment says so.
+  virtual std::optional<int64_t> local_world_size() const { return std::nullopt; }
+};
+
+// Picks the environment of this process (order above).
+std::unique_ptr<ClusterEnvironment> select_cluster_environment();
+
+namespace env {
+// The variable's value, or nullopt when unset or empty.
+std::optional<std::string> get(const char* name);
+// The variable as an integer; throws lt::Error naming the variable and value when it is not one.
+std::optional<int64_t> get_int(const char* name);
+// Like get_int, but the variable must be set (the message names `environment`).
+int64_t require_int(const char* name, const char* environment);
+}  // namespace env
+
+}  // namespace lt

@@ -1,0 +1,37 @@
+#pragma once
+// LocalEnvironment: `devices: N` on one machine with nothing else around.
+// The first process (the supervisor) finds no rank in its environment; the
+// DDP strategy makes it re-exec the program N times with
+// LT_LOCAL_SPAWN=1, RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
+// MASTER_ADDR=127.0.0.1 and MASTER_PORT=<a free port>, and those workers
+// find themselves here again, now with creates_processes_externally() true.
+
+#include "plugins/environments/cluster_environment.h"
+
+namespace lt {
+
+class LocalEnvironment : public ClusterEnvironment {
+ public:
+  // Set to "1" in the environment of the workers of a local spawn.
+  static constexpr const char* kWorkerVar = "LT_LOCAL_SPAWN";
+  static bool detect_worker();
+
+  LocalEnvironment();
+  std::string name() const override { return "local"; }
+  bool creates_processes_externally() const override { return worker_; }
+  std::string main_address() const override { return "127.0.0.1"; }
+  int main_port() const override { return port_; }
+  int64_t world_size() const override { return world_size_; }
+  int64_t global_rank() const override { return rank_; }
+  int64_t local_rank() const override { return rank_; }
+  int64_t node_rank() const override { return 0; }
+  std::optional<int64_t> local_world_size() const override { return world_size_; }
+
+ private:
+  bool worker_ = false;
+  int64_t rank_ = 0;
+  int64_t world_size_ = 1;
+  int port_ = 0;
+};
+
+}  // namespace lt

@@ -1,0 +1,37 @@
+#pragma once
+// MpiEnvironment: ranks started by mpirun/mpiexec. Open MPI sets
+// OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK,LOCAL_SIZE}; MPICH and Intel MPI
+// (Hydra) set PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS. MPI is
+// not used for communication, only to learn the ranks: the rendezvous is
+// MASTER_ADDR/MASTER_PORT (`mpirun -x MASTER_ADDR=host0 -x MASTER_PORT=29500`).
+// When every rank is on this node they default to 127.0.0.1 and a port
+// derived from the MPI job id (29500 if there is none).
+
+#include "plugins/environments/cluster_environment.h"
+
+namespace lt {
+
+class MpiEnvironment : public ClusterEnvironment {
+ public:
+  static bool detect();
+
+  MpiEnvironment();
+  std::string name() const override { return flavor_; }
+  bool creates_processes_externally() const override { return true; }
+  std::string main_address() const override { return address_; }
+  int main_port() const override { return port_; }
+  int64_t world_size() const override { return world_size_; }
+  int64_t global_rank() const override { return rank_; }
+  int64_t local_rank() const override { return local_rank_; }
+  int64_t node_rank() const override { return node_rank_; }
+  std::optional<int64_t> local_world_size() const override { return local_world_size_; }
+
+ private:
+  std::string flavor_;  // "openmpi" or "mpich"
+  std::string address_;
+  int port_ = 0;
+  int64_t world_size_ = 1, rank_ = 0, local_rank_ = 0, node_rank_ = 0;
+  std::optional<int64_t> local_world_size_;
+};
+
+}  // namespace lt

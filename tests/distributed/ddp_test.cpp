@@ -1,0 +1,563 @@
+// The DDP strategy with real worker processes and real Gloo on 127.0.0.1:
+// gradients averaged exactly as one process training on the union of the
+// ranks' batches, no_sync under accumulate_grad_batches, find_unused_parameters,
+// bucket rebuilding, buffers, the collectives, uneven-input refusal, and the
+// local spawn (success, and a crashing worker).
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "data/distributed_sampler.h"
+#include "plugins/strategies/ddp.h"
+#include "tests/support/multiprocess.h"
+#include "trainer/trainer.h"
+
+using lt::testing::env_int;
+using lt::testing::env_str;
+using lt::testing::run_workers;
+
+namespace {
+
+constexpr int64_t kIn = 8, kHidden = 16, kOut = 4;
+
+// A small regression net with an optional branch and a buffer. `branch_mask`
+// bit r: rank r adds branch(x) to its output (a branch unused on the other
+// ranks); -1: every rank uses it.
+class TinyNet : public lt::LightningModule {
+ public:
+  explicit TinyNet(int64_t branch_mask = -1, int64_t hidden = kHidden, double lr = 0.1)
+      : branch_mask_(branch_mask), lr_(lr) {
+    fc1 = register_module("fc1", torch::nn::Linear(kIn, hidden));
+    fc2 = register_module("fc2", torch::nn::Linear(hidden, kOut));
+    branch = register_module("branch", torch::nn::Linear(kIn, kOut));
+    counter = register_buffer("counter", torch::zeros({1}));
+  }
+  torch::Tensor forward(const torch::Tensor& x, bool use_branch) {
+    auto y = fc2(torch::tanh(fc1(x)));
+    return use_branch ? y + branch(x) : y;
+  }
+  bool uses_branch(int64_t rank) const { return ((branch_mask_ >> rank) & 1) != 0; }
+  torch::Tensor training_step(const lt::Batch& batch, int64_t /*batch_idx*/) override {
+    {
+      torch::NoGradGuard no_grad;
+      counter.add_(static_cast<double>(global_rank() + 1));  // differs per rank: shows the buffer broadcast
+    }
+    return torch::mse_loss(forward(batch.data, uses_branch(global_rank())), batch.target);
+  }
+  void validation_step(const lt::Batch& batch, int64_t /*batch_idx*/) override {
+    log("val_loss", torch::mse_loss(forward(batch.data, uses_branch(global_rank())), batch.target),
+        lt::LogOptions{.sync_dist = true});
+  }
+  lt::OptimizerConfig configure_optimizers() override {
+    return std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(lr_));
+  }
+  void on_after_backward() override {
+    // Records every micro-batch's gradient of fc1.weight (the tests compare ranks).
+    grads.push_back(fc1->weight.grad().defined() ? fc1->weight.grad().clone() : torch::zeros_like(fc1->weight));
+  }
+
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr}, branch{nullptr};
+  torch::Tensor counter;
+  std::vector<torch::Tensor> grads;
+
+ private:
+  int64_t branch_mask_;
+  double lr_;
+};
+
+struct Data {
+  torch::Tensor x, y;
+};
+
+Data make_data(int64_t n) {
+  auto gen = at::detail::createCPUGenerator(123);
+  return {torch::randn({n, kIn}, gen), torch::randn({n, kOut}, gen)};
+}
+
+std::shared_ptr<TinyNet> make_net(int64_t branch_mask, int64_t hidden = kHidden) {
+  torch::manual_seed(0);
+  return std::make_shared<TinyNet>(branch_mask, hidden);
+}
+
+std::vector<torch::Tensor> parameter_list(torch::nn::Module& m) {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : m.parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+// One process, the same model and permutation: step s, micro-batch m uses,
+// for every rank r, the samples the DistributedSampler gives rank r in its
+// batch s*k+m; the loss is the mean over ranks (and / k per micro-batch).
+std::vector<torch::Tensor> reference_training(int64_t world, int64_t batch, int64_t k, int64_t steps,
+                                              int64_t branch_mask, uint64_t seed, int64_t hidden = kHidden) {
+  const int64_t n = world * batch * k * steps;
+  auto data = make_data(n);
+  auto net = make_net(branch_mask, hidden);
+  torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.1));
+  const auto perm = lt::seeded_permutation(n, seed);
+  for (int64_t s = 0; s < steps; ++s) {
+    opt.zero_grad();
+    for (int64_t m = 0; m < k; ++m) {
+      const int64_t g = s * k + m;
+      torch::Tensor loss = torch::zeros({});
+      for (int64_t r = 0; r < world; ++r) {
+        std::vector<int64_t> idx;
+        for (int64_t j = 0; j < batch; ++j) idx.push_back(perm[r + world * (g * batch + j)]);
+        auto ii = torch::tensor(idx, torch::kLong);
+        loss = loss + torch::mse_loss(net->forward(data.x.index_select(0, ii), net->uses_branch(r)),
+                                      data.y.index_select(0, ii));
+      }
+      (loss / static_cast<double>(world * k)).backward();
+    }
+    opt.step();
+  }
+  return parameter_list(*net);
+}
+
+lt::DDPStrategyOptions test_strategy_options() {
+  return lt::DDPStrategyOptions().process_group_timeout(std::chrono::seconds(20));
+}
+
+std::string out_dir(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() / ("lt_ddp_test_" + std::to_string(::getpid()) + "_" + name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+std::vector<torch::Tensor> load_tensors(const std::string& path) {
+  std::vector<torch::Tensor> t;
+  torch::load(t, path);
+  return t;
+}
+
+void expect_close(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b, const std::string& what,
+                  double atol = 1e-5) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(a[i], b[i], /*rtol=*/1e-5, atol))
+        << what << ": tensor " << i << " differs by " << (a[i] - b[i]).abs().max().item<double>();
+  }
+}
+
+void expect_equal(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i])) << what << ": tensor " << i;
+}
+
+// Trains TinyNet under DDP with parameters from the environment and saves,
+// per rank: [parameters..., counter buffer, number of buckets, buckets rebuilt,
+// every micro-batch's fc1 gradient...] to $LT_OUT/rank<r>.pt.
+int train_and_save() {
+  const int64_t world = env_int("WORLD_SIZE"), rank = env_int("RANK");
+  const int64_t batch = env_int("LT_B", 4), k = env_int("LT_K", 1), steps = env_int("LT_STEPS", 5);
+  const int64_t mask = env_int("LT_MASK", -1);
+  auto data = make_data(world * batch * k * steps);
+  auto net = make_net(mask, env_int("LT_HIDDEN", kHidden));
+  auto strategy = std::make_shared<lt::DDPStrategy>(
+      test_strategy_options()
+          .find_unused_parameters(env_int("LT_FIND_UNUSED") != 0)
+          .gradient_as_bucket_view(env_int("LT_BUCKET_VIEW") != 0)
+          .bucket_cap_mb(std::atof(env_str("LT_BUCKET_CAP_MB", "25").c_str())));
+  auto loader = std::make_shared<lt::DataLoader>(std::make_shared<lt::TensorDataset>(data.x, data.y),
+                                                 lt::DataLoaderOptions(batch).shuffle(true).seed(7));
+  int64_t buckets = -1, rebuilt = -1;
+  struct Probe : lt::Callback {
+    int64_t* buckets = nullptr;
+    int64_t* rebuilt = nullptr;
+    lt::DDPStrategy* strategy = nullptr;
+    std::string name() const override { return "Probe"; }
+    void on_train_end(lt::Trainer&, lt::LightningModule&) override {
+      *buckets = static_cast<int64_t>(strategy->ddp()->bucket_indices().size());
+      *rebuilt = strategy->ddp()->has_rebuilt_buckets() ? 1 : 0;
+    }
+  };
+  auto probe = std::make_shared<Probe>();
+  probe->buckets = &buckets;
+  probe->rebuilt = &rebuilt;
+  probe->strategy = strategy.get();
+  lt::Trainer trainer(lt::TrainerOptions()
+                          .devices(world)
+                          .strategy(strategy)
+                          .max_epochs(1)
+                          .accumulate_grad_batches(k)
+                          .uneven_inputs(lt::UnevenInputs::kPad)
+                          .num_sanity_val_steps(0)
+                          .enable_progress_bar(false)
+                          .callbacks({probe})
+                          .default_root_dir(env_str("LT_OUT")));
+  trainer.fit(net, loader);
+  auto out = parameter_list(*net);
+  out.push_back(net->counter.clone());
+  out.push_back(torch::tensor({buckets}));
+  out.push_back(torch::tensor({rebuilt}));
+  for (auto& g : net->grads) out.push_back(g);
+  torch::save(out, env_str("LT_OUT") + "/rank" + std::to_string(rank) + ".pt");
+  return 0;
+}
+
+struct TrainCase {
+  int world = 2;
+  int64_t batch = 4, k = 1, steps = 5, mask = -1;
+  int64_t hidden = kHidden;
+  bool find_unused = false, bucket_view = false;
+  std::string bucket_cap_mb = "25";
+};
+
+// Runs train_and_save on `world` ranks; returns each rank's saved tensors.
+std::vector<std::vector<torch::Tensor>> run_training(const std::string& name, const TrainCase& c) {
+  const std::string dir = out_dir(name);
+  lt::testing::WorkerOptions options;
+  options.timeout = std::chrono::seconds(60);
+  options.env = {{"LT_OUT", dir},
+                 {"LT_B", std::to_string(c.batch)},
+                 {"LT_K", std::to_string(c.k)},
+                 {"LT_STEPS", std::to_string(c.steps)},
+                 {"LT_MASK", std::to_string(c.mask)},
+                 {"LT_FIND_UNUSED", c.find_unused ? "1" : "0"},
+                 {"LT_BUCKET_VIEW", c.bucket_view ? "1" : "0"},
+                 {"LT_BUCKET_CAP_MB", c.bucket_cap_mb},
+                 {"LT_HIDDEN", std::to_string(c.hidden)}};
+  auto r = run_workers("TrainAndSave", c.world, options);
+  EXPECT_TRUE(r.ok()) << r.summary();
+  std::vector<std::vector<torch::Tensor>> out;
+  if (!r.ok()) return out;
+  for (int rank = 0; rank < c.world; ++rank) out.push_back(load_tensors(dir + "/rank" + std::to_string(rank) + ".pt"));
+  std::filesystem::remove_all(dir);
+  return out;
+}
+
+constexpr size_t kNumParams = 6;  // fc1, fc2, branch: weight + bias
+
+std::vector<torch::Tensor> params_of(const std::vector<torch::Tensor>& saved) {
+  return {saved.begin(), saved.begin() + kNumParams};
+}
+
+void check_against_reference(const TrainCase& c, const std::vector<std::vector<torch::Tensor>>& ranks) {
+  ASSERT_EQ(static_cast<int>(ranks.size()), c.world);
+  const auto reference = reference_training(c.world, c.batch, c.k, c.steps, c.mask, /*seed=*/7, c.hidden);
+  for (int r = 0; r < c.world; ++r) {
+    // Every rank applied the same averaged gradient: bitwise equal.
+    expect_equal(params_of(ranks[r]), params_of(ranks[0]), "rank " + std::to_string(r) + " vs rank 0");
+    expect_close(params_of(ranks[r]), reference, "rank " + std::to_string(r) + " vs one process on the union");
+  }
+  // The start was not already the answer.
+  EXPECT_FALSE(torch::allclose(reference[0], reference_training(c.world, c.batch, c.k, 0, c.mask, 7, c.hidden)[0]));
+}
+
+}  // namespace
+
+LT_TEST_WORKER(TrainAndSave) { return train_and_save(); }
+
+TEST(Ddp, TwoRanksTrainLikeOneProcessOnTheUnion) {
+  TrainCase c;
+  c.world = 2;
+  auto ranks = run_training("two", c);
+  check_against_reference(c, ranks);
+  if (ranks.size() == 2) {
+    // One bucket in the first iteration, rebuilt after it (PyTorch 1.13).
+    EXPECT_EQ(ranks[0][kNumParams + 2].item<int64_t>(), 1) << "buckets rebuilt";
+    // broadcast_buffers: before each forward every rank takes rank 0's
+    // counter, then adds rank+1: steps-1 from rank 0, plus its own last add.
+    EXPECT_EQ(ranks[0][kNumParams].item<float>(), 5.0f);
+    EXPECT_EQ(ranks[1][kNumParams].item<float>(), 4.0f + 2.0f);
+  }
+}
+
+TEST(Ddp, ThreeRanksTrainLikeOneProcessOnTheUnion) {
+  TrainCase c;
+  c.world = 3;
+  c.batch = 3;
+  c.steps = 4;
+  check_against_reference(c, run_training("three", c));
+}
+
+TEST(Ddp, AccumulationSyncsOnlyOnTheStepBoundary) {
+  for (int world : {2, 3}) {
+    TrainCase c;
+    c.world = world;
+    c.k = 3;
+    c.steps = 3;
+    auto ranks = run_training("accumulate" + std::to_string(world), c);
+    check_against_reference(c, ranks);
+    if (static_cast<int>(ranks.size()) != world) continue;
+    // Gradients recorded after each micro-batch's backward: under no_sync
+    // (micro-batches 0 and 1 of each window) they are this rank's own and
+    // differ between ranks; after the window's last one they are reduced
+    // and identical.
+    const size_t first_grad = kNumParams + 3;
+    ASSERT_EQ(ranks[0].size(), first_grad + static_cast<size_t>(c.k * c.steps));
+    for (int64_t it = 0; it < c.k * c.steps; ++it) {
+      const bool synced = (it + 1) % c.k == 0;
+      for (int r = 1; r < world; ++r) {
+        EXPECT_EQ(torch::equal(ranks[r][first_grad + it], ranks[0][first_grad + it]), synced)
+            << "world " << world << " micro-batch " << it << " rank " << r;
+      }
+    }
+  }
+}
+
+TEST(Ddp, RebuiltBucketsAndGradientAsBucketView) {
+  TrainCase c;
+  c.world = 2;
+  // One bucket in the first iteration; after the rebuild (in gradient-ready
+  // order, whole tensors) fc2.weight (1.1 MB) fills the first bucket (1 MiB,
+  // c10d's kDefaultFirstBucketBytes), branch.* and fc1.bias (0.28 MB) a
+  // second of 0.25 MB, fc1.weight (2.2 MB) a third.
+  c.hidden = 70000;
+  c.bucket_cap_mb = "0.25";
+  c.bucket_view = true;
+  c.steps = 4;
+  auto ranks = run_training("buckets", c);
+  check_against_reference(c, ranks);
+  if (ranks.size() == 2) {
+    EXPECT_EQ(ranks[0][kNumParams + 2].item<int64_t>(), 1) << "buckets rebuilt";
+    EXPECT_GE(ranks[0][kNumParams + 1].item<int64_t>(), 3) << "number of buckets";
+  }
+}
+
+TEST(Ddp, FindUnusedParametersWithABranchUnusedOnOneRank) {
+  TrainCase c;
+  c.world = 2;
+  c.mask = 0b01;  // rank 0 uses the branch, rank 1 does not
+  c.find_unused = true;
+  auto ranks = run_training("unused", c);
+  check_against_reference(c, ranks);
+  if (ranks.size() == 2) {
+    // The branch moved (rank 0's gradient, halved), identically on both ranks.
+    auto start = make_net(0);
+    EXPECT_FALSE(torch::allclose(ranks[1][4], start->branch->weight));
+  }
+}
+
+TEST(Ddp, UnusedBranchWithoutFindUnusedParametersFailsClearly) {
+  TrainCase c;
+  c.world = 2;
+  c.mask = 0b01;
+  c.steps = 3;
+  const std::string dir = out_dir("unused_error");
+  lt::testing::WorkerOptions options;
+  options.timeout = std::chrono::seconds(60);
+  options.env = {{"LT_OUT", dir}, {"LT_MASK", "1"}, {"LT_STEPS", "3"}};
+  auto r = run_workers("TrainAndSave", 2, options);
+  EXPECT_FALSE(r.ok());
+  // The rank whose branch got no gradient fails at its next forward with
+  // the Reducer's message pointing at find_unused_parameters.
+  ASSERT_EQ(r.outputs.size(), 2u);
+  EXPECT_NE(r.outputs[1].find("find_unused_parameters=True"), std::string::npos) << r.summary();
+  std::filesystem::remove_all(dir);
+}
+
+// -- collectives ------------------------------------------------------------------
+
+LT_TEST_WORKER(Collectives) {
+  const int64_t world = env_int("WORLD_SIZE"), rank = env_int("RANK");
+  lt::DDPStrategy s(test_strategy_options());
+  s.setup_environment(lt::TrainerOptions().devices(world));
+  auto check = [&](bool ok, const std::string& what) {
+    if (!ok) throw lt::Error("rank " + std::to_string(rank) + ": " + what);
+  };
+  const double x = static_cast<double>(rank + 1);
+  const double sum = world * (world + 1) / 2.0;
+  check(s.reduce(torch::tensor(x), lt::ReduceOp::kSum).item<double>() == sum, "sum");
+  check(s.reduce(torch::tensor(x), lt::ReduceOp::kMean).item<double>() == sum / world, "mean");
+  check(s.reduce(torch::tensor(x), lt::ReduceOp::kMin).item<double>() == 1.0, "min");
+  check(s.reduce(torch::tensor(x), lt::ReduceOp::kMax).item<double>() == static_cast<double>(world), "max");
+  check(s.reduce(torch::tensor(rank + 1), lt::ReduceOp::kMean).item<double>() == sum / world, "integer mean");
+  auto gathered = s.all_gather(torch::full({2}, rank));
+  check(gathered.sizes() == torch::IntArrayRef({world, 2}), "all_gather shape");
+  for (int64_t r = 0; r < world; ++r) check(gathered[r][1].item<int64_t>() == r, "all_gather value");
+  check(s.broadcast(torch::tensor({rank * 10}), 1).item<int64_t>() == 10, "broadcast");
+  s.barrier("test");
+  check(s.reduce_boolean_decision(true, true), "all true");
+  check(!s.reduce_boolean_decision(rank == 0, true), "all with one false");
+  check(s.reduce_boolean_decision(rank == 0, false), "any with one true");
+  check(!s.reduce_boolean_decision(false, false), "any all false");
+  bool refused = false;
+  try {
+    s.all_gather(torch::zeros({rank + 1}));
+  } catch (const lt::Error&) {
+    refused = true;
+  }
+  check(refused, "all_gather of different shapes must throw on every rank");
+  return 0;
+}
+
+TEST(Ddp, CollectivesOnThreeRanks) {
+  auto r = run_workers("Collectives", 3);
+  EXPECT_TRUE(r.ok()) << r.summary();
+}
+
+// Validation with sync_dist: every rank ends with the same (global) value.
+LT_TEST_WORKER(SyncDistValidation) {
+  const int64_t world = env_int("WORLD_SIZE"), rank = env_int("RANK");
+  auto data = make_data(30);  // 30 / 3 ranks = 10 each, batches of 4: 3 batches each
+  auto net = make_net(-1);
+  lt::Trainer trainer(lt::TrainerOptions()
+                          .devices(world)
+                          .strategy(std::make_shared<lt::DDPStrategy>(test_strategy_options()))
+                          .enable_progress_bar(false)
+                          .default_root_dir(env_str("LT_OUT")));
+  auto loader = std::make_shared<lt::DataLoader>(std::make_shared<lt::TensorDataset>(data.x, data.y),
+                                                 lt::DataLoaderOptions(4));
+  auto metrics = trainer.validate(net, loader);
+  const double mine = metrics.at("val_loss");
+  auto all = trainer.strategy().all_gather(torch::tensor({mine}, torch::kDouble)).flatten();
+  for (int64_t r = 0; r < world; ++r) {
+    if (all[r].item<double>() != mine) throw lt::Error("rank " + std::to_string(rank) + ": val_loss differs");
+  }
+  return 0;
+}
+
+TEST(Ddp, SyncDistValidationAgreesOnEveryRank) {
+  lt::testing::WorkerOptions options;
+  options.env = {{"LT_OUT", out_dir("syncdist")}};
+  auto r = run_workers("SyncDistValidation", 3, options);
+  EXPECT_TRUE(r.ok()) << r.summary();
+  std::filesystem::remove_all(options.env["LT_OUT"]);
+}
+
+// uneven_inputs: error refuses before training when batch counts differ.
+LT_TEST_WORKER(UnevenError) {
+  const int64_t world = env_int("WORLD_SIZE");
+  auto data = make_data(9);  // 2 ranks: 5 and 4 samples -> 3 and 2 batches of 2
+  auto net = make_net(-1);
+  lt::Trainer trainer(lt::TrainerOptions()
+                          .devices(world)
+                          .strategy(std::make_shared<lt::DDPStrategy>(test_strategy_options()))
+                          .max_epochs(1)
+                          .uneven_inputs(lt::UnevenInputs::kError)
+                          .enable_progress_bar(false)
+                          .default_root_dir(env_str("LT_OUT")));
+  auto loader = std::make_shared<lt::DataLoader>(std::make_shared<lt::TensorDataset>(data.x, data.y),
+                                                 lt::DataLoaderOptions(2));
+  try {
+    trainer.fit(net, loader);
+  } catch (const lt::ValueError& e) {
+    const std::string what = e.what();
+    std::cerr << what << "\n";
+    return what.find("rank 0: 3, rank 1: 2") != std::string::npos ? 0 : 5;
+  }
+  return 4;  // trained: not refused
+}
+
+TEST(Ddp, UnevenInputsErrorRefusesBeforeTraining) {
+  lt::testing::WorkerOptions options;
+  options.env = {{"LT_OUT", out_dir("uneven")}};
+  auto r = run_workers("UnevenError", 2, options);
+  EXPECT_TRUE(r.ok()) << r.summary();
+  std::filesystem::remove_all(options.env["LT_OUT"]);
+}
+
+// -- local spawn: the Trainer launches the workers ---------------------------------------
+
+// Runs once as the supervisor (no RANK) and once per worker (the supervisor
+// re-executes this binary with the same LT_TEST_WORKER). A worker records
+// its pid; LT_CRASH_RANK crashes that rank at its third batch.
+LT_TEST_WORKER(LocalSpawn) {
+  const int devices = env_int("LT_DEVICES", 2);
+  const int crash_rank = env_int("LT_CRASH_RANK", -1);
+  struct Crashing : TinyNet {
+    int crash_rank;
+    torch::Tensor training_step(const lt::Batch& batch, int64_t batch_idx) override {
+      if (global_rank() == crash_rank && batch_idx == 2) std::abort();
+      return TinyNet::training_step(batch, batch_idx);
+    }
+  };
+  torch::manual_seed(0);
+  auto net = std::make_shared<Crashing>();
+  net->crash_rank = crash_rank;
+  auto data = make_data(64);
+  const std::string dir = env_str("LT_OUT");
+  lt::Trainer trainer(lt::TrainerOptions()
+                          .devices(devices)
+                          .strategy(std::make_shared<lt::DDPStrategy>(
+                              lt::DDPStrategyOptions().process_group_timeout(std::chrono::seconds(60))))
+                          .max_epochs(2)
+                          .enable_progress_bar(false)
+                          .default_root_dir(dir));
+  auto loader = std::make_shared<lt::DataLoader>(std::make_shared<lt::TensorDataset>(data.x, data.y),
+                                                 lt::DataLoaderOptions(4).shuffle(true));
+  // Only the workers get here before fit's launch; the supervisor has no rank yet.
+  if (std::getenv("RANK") != nullptr) {
+    std::ofstream(dir + "/pid" + lt::testing::env_str("RANK")) << ::getpid();
+  }
+  trainer.fit(net, loader);  // in the supervisor: launches, waits, std::exit
+  std::vector<torch::Tensor> params = parameter_list(*net);
+  torch::save(params, dir + "/rank" + env_str("RANK") + ".pt");
+  return 0;
+}
+
+namespace {
+
+struct SpawnResult {
+  lt::WorkerExit exit;
+  std::string output;
+  double seconds = 0;
+};
+
+// Starts this binary as a supervisor (no rank variables) running LocalSpawn.
+SpawnResult run_supervisor(const std::string& dir, std::map<std::string, std::string> env) {
+  env["LT_TEST_WORKER"] = "LocalSpawn";
+  env["LT_OUT"] = dir;
+  lt::WorkerSpec spec;
+  spec.argv = {lt::self_executable()};
+  spec.env = env;
+  spec.output_path = dir + "/supervisor.log";
+  // The test binary's own environment has no RANK (ctest does not set one);
+  // make sure the supervisor does not inherit one from a caller.
+  for (const char* k : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LT_LOCAL_SPAWN", "MASTER_PORT"}) {
+    EXPECT_EQ(std::getenv(k), nullptr) << k << " is set in the test's environment";
+  }
+  const auto start = std::chrono::steady_clock::now();
+  auto exits = lt::launch_and_wait({spec}, lt::LaunchOptions{std::chrono::seconds(90)});
+  SpawnResult out;
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  out.exit = exits.at(0);
+  std::ifstream in(spec.output_path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  out.output = ss.str();
+  return out;
+}
+
+bool process_alive(pid_t pid) { return ::kill(pid, 0) == 0; }
+
+}  // namespace
+
+TEST(LocalSpawn, SupervisorLaunchesWorkersAndExitsZero) {
+  const std::string dir = out_dir("spawn_ok");
+  auto r = run_supervisor(dir, {{"LT_DEVICES", "2"}});
+  EXPECT_TRUE(r.exit.ok()) << r.exit.describe() << "\n" << r.output;
+  if (r.exit.ok()) {
+    auto p0 = load_tensors(dir + "/rank0.pt"), p1 = load_tensors(dir + "/rank1.pt");
+    expect_equal(p0, p1, "local spawn rank 1 vs rank 0");
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(LocalSpawn, ACrashedWorkerFailsTheLaunchAndEndsTheOthers) {
+  const std::string dir = out_dir("spawn_crash");
+  auto r = run_supervisor(dir, {{"LT_DEVICES", "3"}, {"LT_CRASH_RANK", "1"}});
+  // The supervisor exits with 128 + SIGABRT, naming rank 1, long before the
+  // 60 s process group timeout.
+  EXPECT_EQ(r.exit.exit_code, 128 + SIGABRT) << r.exit.describe() << "\n" << r.output;
+  EXPECT_NE(r.output.find("rank 1 of 3"), std::string::npos) << r.output;
+  EXPECT_LT(r.seconds, 30.0);
+  // No worker is left behind.
+  for (int rank = 0; rank < 3; ++rank) {
+    std::ifstream in(dir + "/pid" + std::to_string(rank));
+    pid_t pid = 0;
+    ASSERT_TRUE(static_cast<bool>(in >> pid)) << "rank " << rank << " did not start";
+    EXPECT_FALSE(process_alive(pid)) << "rank " << rank << " (pid " << pid << ") still runs";
+  }
+  std::filesystem::remove_all(dir);
+}
