@@ -1,0 +1,188 @@
+// Checkpoints: Python reads what C++ writes (names and values), C++ loads a
+// state_dict Python saved, and a fit resumed from a checkpoint ends with the
+// same weights as an uninterrupted one.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "callbacks/model_checkpoint.h"
+#include "tests/support/seeding.h"
+#include "trainer/checkpoint.h"
+#include "trainer/trainer.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kPython = "/usr/bin/python3";
+
+// Same layout as Reference in tests/python/checkpoint_interop.py.
+class Reference : public lt::LightningModule {
+ public:
+  Reference() {
+    encoder_ = register_module("encoder", torch::nn::Sequential(torch::nn::Linear(4, 8), torch::nn::BatchNorm1d(8),
+                                                                 torch::nn::ReLU()));
+    head_ = register_module("head", torch::nn::Linear(8, 2));
+    hparams()["width"] = "8";
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return head_(encoder_->forward(x)); }
+  torch::Tensor training_step(const lt::Batch& b, int64_t) override {
+    auto out = forward(torch::dropout(b.data, 0.2, is_training()));  // draws from the global generator
+    auto loss = torch::mse_loss(out, b.target);
+    log("train_loss", loss);
+    return loss;
+  }
+  void validation_step(const lt::Batch& b, int64_t) override { log("val_loss", torch::mse_loss(forward(b.data), b.target)); }
+  lt::OptimizerConfig configure_optimizers() override {
+    auto opt = std::make_shared<torch::optim::Adam>(parameters(), torch::optim::AdamOptions(0.01));
+    return lt::OptimizerConfig(opt, std::make_shared<lt::StepLR>(*opt, 1, 0.7), lt::Interval::kEpoch);
+  }
+
+ private:
+  torch::nn::Sequential encoder_{nullptr};
+  torch::nn::Linear head_{nullptr};
+};
+
+std::shared_ptr<lt::DataLoader> data(bool shuffle) {
+  auto gen = at::detail::createCPUGenerator(11);
+  auto x = at::randn({48, 4}, gen, torch::kFloat);
+  auto y = torch::stack({x.sum(1), x.select(1, 0) - x.select(1, 2)}, 1);
+  return std::make_shared<lt::DataLoader>(std::make_shared<lt::TensorDataset>(x, y),
+                                          lt::DataLoaderOptions(8).shuffle(shuffle).seed(5));
+}
+
+struct CheckpointTest : lt::testing::SeedingFixture {
+  void SetUp() override {
+    SeedingFixture::SetUp();
+    char tmpl[] = "/tmp/lt_checkpoint_test_XXXXXX";
+    dir_ = ::mkdtemp(tmpl);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  static bool have_python_torch() {
+    return std::system((std::string(kPython) + " -c 'import torch' > /dev/null 2>&1").c_str()) == 0;
+  }
+  static int python(const std::string& args) {
+    const std::string cmd =
+        std::string(kPython) + " " + LT_SOURCE_DIR + "/tests/python/checkpoint_interop.py " + args + " 2>&1";
+    return std::system(cmd.c_str());
+  }
+  lt::TrainerOptions options(int64_t epochs) const {
+    return lt::TrainerOptions().max_epochs(epochs).default_root_dir(dir_.string()).seed(0);
+  }
+  fs::path dir_;
+};
+
+void expect_same_weights(const torch::nn::Module& a, const torch::nn::Module& b) {
+  auto sa = lt::module_state_dict(a), sb = lt::module_state_dict(b);
+  ASSERT_EQ(sa.size(), sb.size());
+  for (const auto& kv : sa) {
+    ASSERT_TRUE(sb.contains(kv.key())) << kv.key();
+    EXPECT_TRUE(torch::equal(kv.value(), sb.at(kv.key()))) << kv.key() << " differs by "
+                                                           << (kv.value() - sb.at(kv.key())).abs().max().item<double>();
+  }
+}
+
+TEST_F(CheckpointTest, CppCheckpointLoadsInPythonWithPyTorchNames) {
+  if (!have_python_torch()) GTEST_SKIP() << kPython << " has no torch";
+  auto model = std::make_shared<Reference>();
+  auto mc = std::make_shared<lt::ModelCheckpoint>(lt::ModelCheckpointOptions().dirpath(dir_.string()).save_last(true));
+  lt::Trainer trainer(options(2).callbacks({mc}));
+  trainer.fit(model, data(true), data(false));
+  const std::string ckpt = (dir_ / "last.ckpt").string();
+  const std::string back = (dir_ / "from_python.pt").string();
+  ASSERT_EQ(python("read " + ckpt + " " + back), 0);
+
+  // Names, dtypes and shapes as Python saw them.
+  std::ifstream names(back + ".names");
+  std::vector<std::string> seen;
+  for (std::string line; std::getline(names, line);) seen.push_back(line.substr(0, line.find(' ')));
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(seen, (std::vector<std::string>{"encoder.0.bias", "encoder.0.weight", "encoder.1.bias",
+                                            "encoder.1.num_batches_tracked", "encoder.1.running_mean",
+                                            "encoder.1.running_var", "encoder.1.weight", "head.bias", "head.weight"}));
+  // Values: Python's torch.save of what it read equals the C++ weights.
+  auto reloaded = std::make_shared<Reference>();
+  lt::load_weights(*reloaded, back);
+  expect_same_weights(*model, *reloaded);
+}
+
+TEST_F(CheckpointTest, PythonStateDictInitialisesACppModel) {
+  if (!have_python_torch()) GTEST_SKIP() << kPython << " has no torch";
+  const std::string state = (dir_ / "state.pt").string(), io = (dir_ / "io.pt").string();
+  ASSERT_EQ(python("write " + state + " " + io), 0);
+  Reference model;
+  lt::load_weights(model, state);
+  model.eval();
+  auto expected = lt::pickle_load_file(io).toGenericDict();
+  torch::NoGradGuard no_grad;
+  auto out = model.forward(expected.at("input").toTensor());
+  EXPECT_TRUE(torch::allclose(out, expected.at("output").toTensor(), 1e-6, 1e-6));
+  // An OrderedDict (torch.save(model.state_dict())) gets a message with the fix.
+  try {
+    lt::load_weights(model, state + ".ordered");
+    FAIL();
+  } catch (const lt::ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("torch.save(dict(model.state_dict()), path)"), std::string::npos) << e.what();
+  }
+  // A missing or unexpected key is refused in strict mode.
+  lt::LightningModule* m = &model;
+  auto partial = lt::module_state_dict(*m);
+  partial.erase("head.bias");
+  EXPECT_THROW(lt::load_module_state_dict(model, partial), lt::ValueError);
+}
+
+TEST_F(CheckpointTest, ResumeAfterEpochKEqualsUninterruptedRun) {
+  constexpr int64_t kEpochs = 5, kStopAfter = 2;
+  // Uninterrupted.
+  torch::manual_seed(0);
+  auto straight = std::make_shared<Reference>();
+  lt::Trainer a(options(kEpochs));
+  a.fit(straight, data(true), data(false));
+
+  // Stopped after epoch kStopAfter, with last.ckpt written at that epoch's end.
+  torch::manual_seed(0);
+  auto first = std::make_shared<Reference>();
+  auto mc = std::make_shared<lt::ModelCheckpoint>(
+      lt::ModelCheckpointOptions().dirpath((dir_ / "ckpt").string()).save_last(true).save_top_k(0));
+  lt::Trainer b(options(kStopAfter).callbacks({mc}));
+  b.fit(first, data(true), data(false));
+  const std::string last = (dir_ / "ckpt" / "last.ckpt").string();
+  auto ckpt = lt::pickle_load_file(last).toGenericDict();
+  EXPECT_EQ(ckpt.at("epoch").toInt(), kStopAfter);
+  EXPECT_EQ(ckpt.at("global_step").toInt(), kStopAfter * 6);
+
+  // Resumed in a fresh model and trainer (different initial weights).
+  torch::manual_seed(999);
+  auto resumed = std::make_shared<Reference>();
+  lt::Trainer c(options(kEpochs));
+  c.fit(resumed, data(true), data(false), last);
+  EXPECT_EQ(c.current_epoch(), kEpochs);
+  EXPECT_EQ(c.global_step(), a.global_step());
+  expect_same_weights(*straight, *resumed);
+}
+
+TEST_F(CheckpointTest, CorruptAndForeignFilesGiveClearErrors) {
+  const std::string bad = (dir_ / "bad.ckpt").string();
+  std::ofstream(bad) << "not a checkpoint";
+  Reference model;
+  try {
+    lt::load_weights(model, bad);
+    FAIL();
+  } catch (const lt::ValueError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("checkpoint '" + bad + "' is truncated or corrupt (16 bytes)", 0), 0u)
+        << e.what();
+  }
+  EXPECT_THROW(lt::load_weights(model, (dir_ / "missing.ckpt").string()), lt::ValueError);
+  // Atomic writes leave no temporary file behind.
+  lt::atomic_pickle_save(c10::IValue(int64_t{1}), (dir_ / "x.pt").string());
+  int n = 0;
+  for (const auto& e : fs::directory_iterator(dir_)) n += e.path().filename().string().find(".tmp.") != std::string::npos;
+  EXPECT_EQ(n, 0);
+}
+
+}  // namespace

@@ -1,0 +1,463 @@
+// The lightning-cpp command: config errors (exact messages, exit code 2,
+// nothing written), overrides, --print_config, plugins loaded by path, and
+// runs from YAML.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "cli/cli.h"
+#include "data/fashion_mnist.h"
+#include "examples/fashion_mnist/registration.h"
+#include "tests/support/seeding.h"
+#include "trainer/registry.h"
+#include "trainer/trainer.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// A two-layer net on 4 features and the data it trains on.
+class TinyNet : public lt::LightningModule {
+ public:
+  TinyNet(int64_t hidden, double lr) : lr_(lr) {
+    fc1_ = register_module("fc1", torch::nn::Linear(4, hidden));
+    fc2_ = register_module("fc2", torch::nn::Linear(hidden, 1));
+    hparams()["hidden"] = std::to_string(hidden);
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return fc2_(torch::relu(fc1_(x))); }
+  torch::Tensor training_step(const lt::Batch& b, int64_t) override {
+    auto loss = torch::mse_loss(forward(b.data), b.target);
+    log("train_loss", loss);
+    return loss;
+  }
+  void validation_step(const lt::Batch& b, int64_t) override { log("val_loss", torch::mse_loss(forward(b.data), b.target)); }
+  void test_step(const lt::Batch& b, int64_t) override { log("test_loss", torch::mse_loss(forward(b.data), b.target)); }
+  torch::Tensor predict_step(const lt::Batch& b, int64_t) override { return forward(b.data); }
+  lt::OptimizerConfig configure_optimizers() override {
+    return std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(lr_));
+  }
+
+ private:
+  double lr_;
+  torch::nn::Linear fc1_{nullptr}, fc2_{nullptr};
+};
+
+class TinyData : public lt::DataModule {
+ public:
+  void setup(lt::Stage) override {
+    if (ds_) return;
+    auto gen = at::detail::createCPUGenerator(7);
+    auto x = at::randn({64, 4}, gen, torch::kFloat);
+    ds_ = std::make_shared<lt::TensorDataset>(x, x.sum(1, true));
+  }
+  std::shared_ptr<lt::DataLoader> train_dataloader() override { return loader(); }
+  std::shared_ptr<lt::DataLoader> val_dataloader() override { return loader(); }
+  std::shared_ptr<lt::DataLoader> test_dataloader() override { setup(lt::Stage::kTest); return loader(); }
+  std::shared_ptr<lt::DataLoader> predict_dataloader() override { return test_dataloader(); }
+
+ private:
+  std::shared_ptr<lt::DataLoader> loader() { return std::make_shared<lt::DataLoader>(ds_, lt::DataLoaderOptions(16)); }
+  std::shared_ptr<lt::TensorDataset> ds_;
+};
+
+lt::Registry test_registry() {
+  lt::Registry r;
+  lt::register_builtins(r);
+  r.add<lt::LightningModule>("TinyNet", "test net",
+                             lt::ArgSchema().add_int("hidden", 4, "width").add_float("lr", 0.05, "SGD lr"),
+                             [](const lt::InitArgs& a) { return std::make_shared<TinyNet>(a.get_int("hidden"), a.get_float("lr")); });
+  r.add<lt::DataModule>("TinyData", "test data", lt::ArgSchema(),
+                        [](const lt::InitArgs&) { return std::make_shared<TinyData>(); });
+  return r;
+}
+
+struct CliResult {
+  int code;
+  std::string out, err;
+};
+
+// Each test runs in a fresh temporary folder (the cwd), so "nothing written"
+// can be checked by listing it.
+struct CliTest : lt::testing::SeedingFixture {
+  void SetUp() override {
+    SeedingFixture::SetUp();
+    old_cwd_ = fs::current_path();
+    char tmpl[] = "/tmp/lt_cli_test_XXXXXX";
+    dir_ = ::mkdtemp(tmpl);
+    fs::current_path(dir_);
+    registry_ = test_registry();
+  }
+  void TearDown() override {
+    fs::current_path(old_cwd_);
+    fs::remove_all(dir_);
+  }
+  std::string write(const std::string& name, const std::string& text) {
+    std::ofstream(dir_ / name) << text;
+    return (dir_ / name).string();
+  }
+  CliResult cli(std::vector<std::string> args) {
+    std::ostringstream out, err;
+    const int code = lt::cli::run(args, registry_, out, err);
+    return {code, out.str(), err.str()};
+  }
+  std::vector<std::string> listing() const {
+    std::vector<std::string> names;
+    for (const auto& e : fs::recursive_directory_iterator(dir_)) names.push_back(fs::relative(e.path(), dir_).string());
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+  // Runs `fit` on `yaml` and checks: exit 2, the exact message, nothing written.
+  void expect_config_error(const std::string& yaml, const std::string& expected, std::vector<std::string> extra = {}) {
+    const std::string path = write("bad.yaml", yaml);
+    std::vector<std::string> args = {"fit", "--config", path};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const CliResult r = cli(args);
+    EXPECT_EQ(r.code, 2) << r.err;
+    std::string message = std::regex_replace(expected, std::regex("\\{f\\}"), path);
+    EXPECT_EQ(r.err, "error: " + message + "\n");
+    EXPECT_EQ(listing(), std::vector<std::string>{"bad.yaml"});
+  }
+
+  fs::path old_cwd_, dir_;
+  lt::Registry registry_;
+};
+
+const char* kTrainerKeys =
+    "max_epochs, max_steps, accumulate_grad_batches, gradient_clip_val, gradient_clip_algorithm, val_check_interval, "
+    "check_val_every_n_epoch, limit_train_batches, limit_val_batches, limit_test_batches, limit_predict_batches, "
+    "num_sanity_val_steps, deterministic, default_root_dir, accelerator, devices, num_nodes, uneven_inputs, "
+    "log_every_n_steps, enable_progress_bar, enable_checkpointing";
+
+// -- config errors: a dozen bad files ---------------------------------------------------------
+
+TEST_F(CliTest, UnknownTrainerKeySuggestsTheClosest) {
+  expect_config_error("trainer:\n  max_epoch: 3\nmodel: TinyNet\ndata: TinyData\n",
+                      std::string("{f}:2: trainer.max_epoch: unknown key; did you mean 'max_epochs'? (valid keys: ") +
+                          kTrainerKeys + ")");
+}
+
+TEST_F(CliTest, WrongTypeNamesExpectedType) {
+  expect_config_error("trainer:\n  max_epochs: three\nmodel: TinyNet\ndata: TinyData\n",
+                      "{f}:2: trainer.max_epochs: expected an integer, got 'three'");
+}
+
+TEST_F(CliTest, QuotedNumberIsAString) {
+  expect_config_error("trainer:\n  max_epochs: \"3\"\nmodel: TinyNet\ndata: TinyData\n",
+                      "{f}:2: trainer.max_epochs: expected an integer, got '\"3\"' (a quoted string)");
+}
+
+TEST_F(CliTest, UnknownModelClassListsRegistered) {
+  expect_config_error("model:\n  class_path: TinyNett\ndata: TinyData\n",
+                      "{f}:2: model.class_path: unknown model 'TinyNett'; did you mean 'TinyNet'? (registered models: TinyNet)");
+}
+
+TEST_F(CliTest, UnknownTopLevelKey) {
+  expect_config_error("trainers:\n  max_epochs: 1\nmodel: TinyNet\ndata: TinyData\n",
+                      "{f}:1: trainers: unknown key; did you mean 'trainer'? (valid keys: seed_everything, trainer, model, "
+                      "data, callbacks, logger, strategy, fit_loop, ckpt_path, plugins)");
+}
+
+TEST_F(CliTest, UnknownInitArg) {
+  expect_config_error("model:\n  class_path: TinyNet\n  init_args:\n    hiden: 8\ndata: TinyData\n",
+                      "{f}:4: model.init_args.hiden: unknown key; did you mean 'hidden'? (valid keys: hidden, lr)");
+}
+
+TEST_F(CliTest, BadChoiceSuggestsValid) {
+  expect_config_error(
+      "model: TinyNet\ndata: TinyData\ncallbacks:\n  - class_path: EarlyStopping\n    init_args:\n      mode: maximum\n",
+      "{f}:6: callbacks[0].init_args.mode: expected one of min, max, got 'maximum'; did you mean 'max'?");
+}
+
+TEST_F(CliTest, UnknownCallbackClass) {
+  expect_config_error("model: TinyNet\ndata: TinyData\ncallbacks:\n  - class_path: EarlyStoping\n",
+                      "{f}:4: callbacks[0].class_path: unknown callback 'EarlyStoping'; did you mean 'EarlyStopping'? "
+                      "(registered callbacks: EarlyStopping, LearningRateMonitor, ModelCheckpoint, ProgressBar, Timer)");
+}
+
+TEST_F(CliTest, FloatArgRejectsWord) {
+  expect_config_error("model:\n  class_path: TinyNet\n  init_args: {lr: fast}\ndata: TinyData\n",
+                      "{f}:3: model.init_args.lr: expected a number, got 'fast'");
+}
+
+TEST_F(CliTest, BoolArgRejectsWord) {
+  expect_config_error("trainer:\n  enable_progress_bar: maybe\nmodel: TinyNet\ndata: TinyData\n",
+                      "{f}:2: trainer.enable_progress_bar: expected a boolean (true/false), got 'maybe'");
+}
+
+TEST_F(CliTest, MissingModel) {
+  expect_config_error("data: TinyData\n",
+                      "{f}:1: model: missing; 'fit' needs a model: {class_path: <name>, init_args: {...}} (registered "
+                      "models: TinyNet)");
+}
+
+TEST_F(CliTest, OutOfRangeValueNamesItsLine) {
+  expect_config_error("model: TinyNet\ndata: TinyData\ntrainer:\n  max_epochs: -5\n",
+                      "{f}:4: trainer.max_epochs must be >= -1 (-1: unlimited), got -5");
+}
+
+TEST_F(CliTest, UnknownStrategy) {
+  expect_config_error("model: TinyNet\ndata: TinyData\nstrategy: single_devise\n",
+                      "{f}:3: strategy: unknown strategy 'single_devise'; did you mean 'single_device'? (registered "
+                      "strategies: " + c10::Join(", ", registry_.names<lt::Strategy>()) + ")");
+}
+
+TEST_F(CliTest, CallbacksMustBeAList) {
+  expect_config_error("model: TinyNet\ndata: TinyData\ncallbacks:\n  class_path: EarlyStopping\n",
+                      "{f}:4: callbacks: expected a list of {class_path, init_args}, got a mapping");
+}
+
+TEST_F(CliTest, DuplicateKey) {
+  expect_config_error("model: TinyNet\ndata: TinyData\ntrainer:\n  max_epochs: 1\n  max_epochs: 2\n",
+                      "{f}:5: trainer.max_epochs: duplicate key (also on line 4)");
+}
+
+TEST_F(CliTest, CommandLineOverrideIsChecked) {
+  expect_config_error("model: TinyNet\ndata: TinyData\n",
+                      "command line '--trainer.max_epochs=abc': trainer.max_epochs: expected an integer, got 'abc'",
+                      {"--trainer.max_epochs=abc"});
+}
+
+TEST_F(CliTest, CommandLineUnknownSection) {
+  expect_config_error("model: TinyNet\ndata: TinyData\n",
+                      "command line '--trainr.max_epochs=1': unknown key; did you mean 'trainer'? (valid keys: "
+                      "seed_everything, trainer, model, data, callbacks, logger, strategy, fit_loop, ckpt_path, plugins)",
+                      {"--trainr.max_epochs=1"});
+}
+
+TEST_F(CliTest, FactoryErrorGetsTheClassLocation) {
+  expect_config_error(
+      "model: TinyNet\ndata: TinyData\ncallbacks:\n  - class_path: Timer\n    init_args: {duration: '1:xx'}\n",
+      "{f}:4: callbacks[0].init_args: Timer: duration '1:xx' is not of the form DD:HH:MM:SS");
+}
+
+TEST_F(CliTest, MissingCheckpointFile) {
+  expect_config_error("model: TinyNet\ndata: TinyData\nckpt_path: nowhere.ckpt\n",
+                      "{f}:3: ckpt_path: 'nowhere.ckpt' does not exist");
+}
+
+TEST_F(CliTest, InvalidYaml) {
+  const std::string path = write("bad.yaml", "trainer: [1, 2\nmodel: TinyNet\n");
+  const CliResult r = cli({"fit", "--config", path});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err.rfind("error: " + path + ":", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find("invalid YAML"), std::string::npos) << r.err;
+}
+
+TEST_F(CliTest, MissingConfigFile) {
+  const CliResult r = cli({"fit", "--config", "nope.yaml"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "error: nope.yaml: cannot read config file (does it exist?)\n");
+}
+
+TEST_F(CliTest, UnknownOptionIsUsageError) {
+  const CliResult r = cli({"fit", "stray"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("unexpected argument"), std::string::npos) << r.err;
+}
+
+// -- resolution, overrides ------------------------------------------------------------------------
+
+TEST_F(CliTest, PrintConfigShowsEveryDefaultAndWritesNothing) {
+  const std::string a = write("a.yaml", "model: TinyNet\ndata: TinyData\ntrainer: {max_epochs: 5}\n");
+  const std::string b = write("b.yaml", "trainer: {max_epochs: 7, devices: 1}\nmodel: {init_args: {hidden: 9}}\n");
+  const CliResult r = cli({"fit", "--config", a, "--config", b, "--model.init_args.lr", "0.5", "--print_config"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("max_epochs: 7"), std::string::npos) << r.out;    // b overrides a
+  EXPECT_NE(r.out.find("hidden: 9"), std::string::npos) << r.out;        // merged into the shorthand class
+  EXPECT_NE(r.out.find("lr: 0.5"), std::string::npos) << r.out;          // command line last
+  EXPECT_NE(r.out.find("limit_train_batches: 1.0"), std::string::npos);  // defaults filled in
+  EXPECT_NE(r.out.find("class_path: single_device"), std::string::npos);
+  EXPECT_NE(r.out.find("class_path: CSVLogger"), std::string::npos);
+  EXPECT_EQ(listing(), (std::vector<std::string>{"a.yaml", "b.yaml"}));
+  // The printed config is itself a valid config that resolves to the same thing.
+  const std::string printed = write("printed.yaml", r.out);
+  const CliResult again = cli({"fit", "--config", printed, "--print_config"});
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_EQ(again.out, r.out);
+}
+
+TEST_F(CliTest, TrainerAliasesAndConflicts) {
+  const std::string a = write("a.yaml", "model: TinyNet\ndata: TinyData\ntrainer:\n  strategy: single_device\n  "
+                                        "callbacks: [EarlyStopping]\n");
+  CliResult r = cli({"fit", "--config", a, "--print_config"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("class_path: EarlyStopping"), std::string::npos) << r.out;
+  const std::string b = write("b.yaml", "model: TinyNet\ndata: TinyData\nstrategy: single_device\ntrainer:\n  "
+                                        "strategy: single_device\n");
+  r = cli({"fit", "--config", b});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "error: " + b + ":5: trainer.strategy: given twice: here and as top-level 'strategy' (" + b +
+                       ":3); keep one\n");
+}
+
+TEST_F(CliTest, FitFromYamlWritesLogsConfigAndCheckpoint) {
+  const std::string a = write("a.yaml",
+                              "seed_everything: 3\ntrainer:\n  max_epochs: 2\n  enable_progress_bar: false\n"
+                              "model: {class_path: TinyNet, init_args: {hidden: 8}}\ndata: TinyData\n"
+                              "callbacks:\n  - class_path: ModelCheckpoint\n    init_args: {monitor: val_loss, save_last: true}\n");
+  const CliResult r = cli({"fit", "--config", a});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const fs::path v0 = dir_ / "lightning_logs" / "version_0";
+  EXPECT_TRUE(fs::exists(v0 / "metrics.csv"));
+  EXPECT_TRUE(fs::exists(v0 / "hparams.yaml"));
+  EXPECT_TRUE(fs::exists(v0 / "config.yaml"));
+  EXPECT_TRUE(fs::exists(v0 / "checkpoints" / "last.ckpt"));
+  EXPECT_TRUE(fs::exists(v0 / "checkpoints" / "epoch=1-step=8.ckpt"));
+
+  // test with the checkpoint's weights (its metrics go to version_1); the next fit to version_2.
+  const CliResult t = cli({"test", "--config", a, "--ckpt_path", (v0 / "checkpoints" / "last.ckpt").string()});
+  ASSERT_EQ(t.code, 0) << t.err;
+  EXPECT_NE(t.out.find("test_loss:"), std::string::npos) << t.out;
+  EXPECT_TRUE(fs::exists(dir_ / "lightning_logs" / "version_1" / "metrics.csv"));
+  ASSERT_EQ(cli({"fit", "--config", a}).code, 0);
+  EXPECT_TRUE(fs::exists(dir_ / "lightning_logs" / "version_2" / "config.yaml"));
+}
+
+TEST_F(CliTest, PredictWritesPredictions) {
+  const std::string a = write("a.yaml", "model: TinyNet\ndata: TinyData\ntrainer: {enable_progress_bar: false}\n");
+  const CliResult r = cli({"predict", "--config", a});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(dir_ / "lightning_logs" / "version_0" / "predictions.pt"));
+}
+
+// -- registry and plugins -------------------------------------------------------------------------
+
+TEST(Registry, GlobalHasTheBuiltinsWithoutStaticRegistrars) {
+  // The test binary links lightning_cpp as users do; builtins come from
+  // explicit register_builtin_* calls, so none can be dropped by the linker.
+  lt::Registry& r = lt::Registry::global();
+  EXPECT_TRUE(r.contains<lt::Strategy>("single_device"));
+  for (const char* cb : {"EarlyStopping", "ModelCheckpoint", "LearningRateMonitor", "ProgressBar", "Timer"}) {
+    EXPECT_TRUE(r.contains<lt::Callback>(cb)) << cb;
+  }
+  EXPECT_TRUE(r.contains<lt::Logger>("CSVLogger"));
+  EXPECT_TRUE(r.contains<lt::Logger>("ConsoleLogger"));
+  EXPECT_TRUE(r.contains<lt::FitLoop>("FitLoop"));
+  EXPECT_EQ(&r, &lt::Registry::global());
+}
+
+TEST(Registry, DuplicateNameIsAnError) {
+  lt::Registry r;
+  lt::register_builtins(r);
+  try {
+    lt::register_builtin_callbacks(r);
+    FAIL() << "expected a duplicate-name error";
+  } catch (const lt::Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "Registry: callback 'EarlyStopping' is registered twice (by builtin and by builtin)");
+  }
+}
+
+TEST(Registry, UnknownNameListsKnownOnes) {
+  lt::Registry r;
+  lt::register_builtins(r);
+  try {
+    r.get<lt::Logger>("CsvLogger");
+    FAIL();
+  } catch (const lt::ValueError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "unknown logger 'CsvLogger'; did you mean 'CSVLogger'? (registered loggers: CSVLogger, ConsoleLogger)");
+  }
+  auto es = r.create<lt::Callback>("EarlyStopping");
+  EXPECT_EQ(es->name(), "EarlyStopping");
+}
+
+TEST_F(CliTest, PluginByPathRegistersAModelThatTrainsFromYaml) {
+  const std::string plugin = LT_EXAMPLE_PLUGIN;
+  EXPECT_FALSE(registry_.contains<lt::LightningModule>("LinearRegressor"));
+  const std::string config = std::string(LT_SOURCE_DIR) + "/configs/plugin.yaml";
+  const CliResult r = cli({"fit", "--config", config, "--plugins=[" + plugin + "]", "--trainer.max_epochs=5"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(registry_.contains<lt::LightningModule>("LinearRegressor"));
+  EXPECT_TRUE(registry_.contains<lt::DataModule>("SyntheticRegressionData"));
+  EXPECT_EQ(registry_.plugins(), std::vector<std::string>{plugin});
+  // The model learned: val_loss of the last epoch well under the first.
+  std::ifstream csv(dir_ / "lightning_logs" / "version_0" / "metrics.csv");
+  std::string header, line;
+  std::getline(csv, header);
+  std::vector<std::string> cols;
+  std::stringstream hs(header);
+  for (std::string c; std::getline(hs, c, ',');) cols.push_back(c);
+  const size_t val_col = std::find(cols.begin(), cols.end(), "val_loss") - cols.begin();
+  ASSERT_LT(val_col, cols.size()) << header;
+  std::vector<double> val;
+  while (std::getline(csv, line)) {
+    std::vector<std::string> cells;
+    std::stringstream ls(line);
+    for (std::string c; std::getline(ls, c, ',');) cells.push_back(c);
+    if (val_col < cells.size() && !cells[val_col].empty()) val.push_back(std::stod(cells[val_col]));
+  }
+  ASSERT_EQ(val.size(), 5u);
+  EXPECT_LT(val.back(), val.front()) << val.front() << " -> " << val.back();
+  EXPECT_LT(val.back(), 0.05) << val.front() << " -> " << val.back();
+  EXPECT_TRUE(fs::exists(dir_ / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"));
+  // Loading the same plugin again (YAML and --plugin) is a no-op, not a duplicate.
+  EXPECT_NO_THROW(registry_.load_plugin(plugin));
+}
+
+TEST_F(CliTest, HelpListsWhatPluginsRegister) {
+  const CliResult r = cli({"--plugin", LT_EXAMPLE_PLUGIN, "--help"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("LinearRegressor - a linear model"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("EarlyStopping"), std::string::npos);
+  EXPECT_NE(r.out.find("fit"), std::string::npos);
+}
+
+TEST_F(CliTest, PluginWithAnotherApiVersionIsRefused) {
+  const CliResult r = cli({"fit", "--plugin", LT_WRONG_VERSION_PLUGIN, "--print_config"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, std::string("error: plugin '") + LT_WRONG_VERSION_PLUGIN +
+                       "' was built for lightning-cpp plugin API version 999, but this lightning-cpp has plugin API "
+                       "version 1; rebuild the plugin against this lightning-cpp\n");
+  EXPECT_FALSE(registry_.contains<lt::LightningModule>("WrongVersionModel"));
+}
+
+TEST_F(CliTest, PluginErrorsInYamlNameTheLine) {
+  expect_config_error("plugins:\n  - missing/libnope.so\nmodel: TinyNet\ndata: TinyData\n",
+                      "{f}:2: plugins[0]: plugin 'missing/libnope.so' does not exist or is not a file");
+  // A shared library without the entry point.
+  lt::Registry r;
+  EXPECT_THROW(r.load_plugin(LT_LIGHTNING_CPP_LIBRARY), lt::ValueError);
+}
+
+// -- the real program -----------------------------------------------------------------------------
+
+TEST_F(CliTest, ProgramRunsFashionMnistConfig) {
+  if (!fs::exists(std::string(lt::kFashionMnistDir) + "/train-images-idx3-ubyte.gz")) GTEST_SKIP() << "no Fashion-MNIST";
+  const std::string cmd = std::string(LT_CLI_PROGRAM) + " fit --config " + LT_SOURCE_DIR +
+                          "/configs/fashion_mnist_mlp.yaml --trainer.max_epochs=1 --trainer.limit_train_batches=20 "
+                          "--trainer.limit_val_batches=2 --trainer.num_sanity_val_steps=0 > out.txt 2>&1";
+  const int rc = std::system(cmd.c_str());
+  std::ifstream f(dir_ / "out.txt");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  ASSERT_EQ(rc, 0) << ss.str();
+  EXPECT_NE(ss.str().find("Epoch 0"), std::string::npos) << ss.str();  // plain progress line (not a TTY)
+  EXPECT_TRUE(fs::exists(dir_ / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"));
+  // A config error from the real program: exit code 2.
+  write("bad.yaml", "trainer: {max_epochs: x}\n");
+  EXPECT_EQ(WEXITSTATUS(std::system((std::string(LT_CLI_PROGRAM) + " fit -c bad.yaml 2>/dev/null").c_str())), 2);
+}
+
+TEST_F(CliTest, DdpConfigResolves) {
+  lt::examples::register_fashion_mnist(registry_);
+  if (!registry_.contains<lt::Strategy>("ddp")) GTEST_SKIP() << "the ddp strategy is not registered in this build";
+  const CliResult r = cli({"fit", "--config", std::string(LT_SOURCE_DIR) + "/configs/fashion_mnist_ddp.yaml", "--print_config"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("class_path: ddp"), std::string::npos) << r.out;
+}
+
+TEST_F(CliTest, FashionMnistConfigsResolve) {
+  lt::examples::register_fashion_mnist(registry_);
+  const CliResult r = cli({"fit", "--config", std::string(LT_SOURCE_DIR) + "/configs/fashion_mnist_mlp.yaml", "--print_config"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("class_path: MlpClassifier"), std::string::npos) << r.out;
+}
+
+}  // namespace
