@@ -8,17 +8,28 @@ namespace lt {
 
 void ResultCollection::log(const std::string& name, const torch::Tensor& value, const LogOptions& options) {
   LT_CHECK(value.numel() == 1, "log('", name, "'): expected a scalar, got a tensor of shape ", value.sizes());
+  torch::Tensor v = value.detach().to(torch::kCPU, torch::kDouble).reshape({});
+  if (options.sync_dist && deferred_ != nullptr) {
+    deferred_->defer(PendingSync{name, v.item<double>(), options, batch_size_});
+    return;
+  }
+  if (options.sync_dist && sync_) v = sync_(v, options.reduce_fx);
+  record(name, v.item<double>(), options, batch_size_);
+}
+
+void ResultCollection::record_synced(const PendingSync& pending, double reduced) {
+  record(pending.name, reduced, pending.options, pending.batch_size);
+}
+
+void ResultCollection::record(const std::string& name, double x, const LogOptions& options, int64_t batch_size) {
   const bool train_step = stage_ == Stage::kTrain && in_step_hook_;
   Entry& entry = entries_[name];
   entry.options = options;
   entry.on_step = options.on_step.value_or(train_step);
   entry.on_epoch = options.on_epoch.value_or(!train_step);
-  torch::Tensor v = value.detach().to(torch::kCPU, torch::kDouble).reshape({});
-  if (options.sync_dist && sync_) v = sync_(v, options.reduce_fx);
-  const double x = v.item<double>();
   if (entry.on_step) entry.step_value = x;
   if (entry.on_epoch) {
-    const double w = static_cast<double>(options.batch_size.value_or(batch_size_));
+    const double w = static_cast<double>(options.batch_size.value_or(batch_size));
     entry.weighted_sum += x * w;
     entry.weight += w;
     entry.sum += x;

@@ -47,6 +47,23 @@ class ResultCollection {
 
   void log(const std::string& name, const torch::Tensor& value, const LogOptions& options);
 
+  // Deferred reduction (Join, plugins/join/joinable_logging.h): while a sink
+  // is set, log(sync_dist=true) records nothing and hands the local value to
+  // the sink; record_synced() records the reduced value once it is known.
+  struct PendingSync {
+    std::string name;
+    double value = 0.0;
+    LogOptions options;
+    int64_t batch_size = 1;
+  };
+  class DeferredSync {
+   public:
+    virtual ~DeferredSync() = default;
+    virtual void defer(PendingSync pending) = 0;
+  };
+  void set_deferred_sync(DeferredSync* sink) { deferred_ = sink; }
+  void record_synced(const PendingSync& pending, double reduced);
+
   // Values logged since the last call with on_step (name_step / name); clears them.
   std::map<std::string, double> take_step_metrics(bool for_logger);
   // Epoch aggregates of the given stage, as name_epoch / name; resets them.
@@ -72,7 +89,9 @@ class ResultCollection {
   std::map<std::string, Entry> entries_;
   std::map<std::string, double>* callback_metrics_ = nullptr;
   std::map<std::string, double>* progress_bar_metrics_ = nullptr;
+  DeferredSync* deferred_ = nullptr;
   void publish(const std::string& name, const std::string& key, double value, bool prog_bar);
+  void record(const std::string& name, double x, const LogOptions& options, int64_t batch_size);
 };
 
 }  // namespace lt

@@ -29,6 +29,7 @@
 #include "plugins/environments/local.h"
 #include "plugins/environments/rank_zero.h"
 #include "plugins/launchers/subprocess_script.h"
+#include "plugins/strategies/ddp_join.h"
 #include "trainer/check.h"
 #include "trainer/lightning_module.h"
 
@@ -382,10 +383,15 @@ std::unique_ptr<TrainingEpochContext> DDPStrategy::no_sync_epoch_context(const E
   return std::make_unique<NoSyncEpochContext>(plan, *ddp_);
 }
 
-std::unique_ptr<TrainingEpochContext> DDPStrategy::join_epoch_context(LightningModule& /*module*/,
+std::unique_ptr<TrainingEpochContext> DDPStrategy::join_epoch_context(LightningModule& module,
                                                                       const EpochPlan& plan) {
-  // Join plugs in here: return make_ddp_join_epoch_context(*this, module, plan);
-  return no_sync_epoch_context(plan);
+  return make_ddp_join_epoch_context(*this, module, plan);
+}
+
+void DDPStrategy::check_features(const FeatureSet& features) {
+  if (uneven_inputs_ == UnevenInputs::kJoin && features.options != nullptr) {
+    enforce_join_compatibility(features, join_settings(*features.options), rank_);
+  }
 }
 
 std::unique_ptr<TrainingEpochContext> DDPStrategy::training_epoch_context(LightningModule& module,

@@ -80,6 +80,8 @@ class DDPStrategy : public Strategy {
   explicit DDPStrategy(DDPStrategyOptions options = {});
   ~DDPStrategy() override;
   std::string name() const override { return "ddp"; }
+  // uneven_inputs kJoin: the Join-compatibility check (plugins/strategies/join_compatibility.h).
+  void check_features(const FeatureSet& features) override;
 
   // -- lifecycle ---------------------------------------------------------------
   // Once per process (later calls return at once): picks the cluster
@@ -128,8 +130,7 @@ class DDPStrategy : public Strategy {
 
  protected:
   // uneven_inputs == kJoin. THE ONE PLACE the Join context plugs in: it
-  // returns make_ddp_join_epoch_context(...) (plugins/strategies/ddp_join.h)
-  // once that exists; until then the no_sync context.
+  // returns make_ddp_join_epoch_context(...) (plugins/strategies/ddp_join.h).
   virtual std::unique_ptr<TrainingEpochContext> join_epoch_context(LightningModule& module, const EpochPlan& plan);
 
  private:

@@ -8,10 +8,16 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 
 #include "plugins/join/join.h"
+#include "plugins/strategies/ddp.h"
+#include "plugins/strategies/ddp_join.h"
+#include "plugins/strategies/join_compatibility.h"
+#include "trainer/trainer.h"
 #include "tests/support/multiprocess.h"
 
 using lt::testing::env_int;
@@ -260,5 +266,397 @@ LT_TEST_WORKER(JoinWarnsOnSkew) {
 
 TEST(Join, WarnsOnceWhenARankShadowsMoreThan1000Iterations) {
   auto r = run_workers("JoinWarnsOnSkew", 2, join_options("0,1003"));
+  EXPECT_TRUE(r.ok()) << r.summary();
+}
+
+// -- The DDP epoch context: uneven inputs through the Trainer ---------------------------------
+// Model, data and initial weights as in tests/python/join_oracle.py.
+
+namespace {
+
+constexpr double kLr = 0.1;
+constexpr int64_t kBatch = 2;
+constexpr int64_t kIn = 3;
+constexpr int64_t kHidden = 4;
+
+class JoinNet : public lt::LightningModule {
+ public:
+  JoinNet() {
+    l1 = register_module("l1", torch::nn::Linear(kIn, kHidden));
+    l2 = register_module("l2", torch::nn::Linear(kHidden, 1));
+    to(torch::kDouble);
+    torch::NoGradGuard no_grad;
+    int64_t j = 0;
+    for (auto& p : parameters()) {
+      auto i = torch::arange(p.numel(), torch::kDouble);
+      p.copy_((0.3 * torch::sin(1.0 + 0.7 * i + 1.3 * static_cast<double>(j++))).reshape(p.sizes()));
+    }
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return l2(torch::tanh(l1(x))); }
+  torch::Tensor training_step(const lt::Batch& batch, int64_t /*batch_idx*/) override {
+    ++training_steps;
+    torch::Tensor loss = torch::mse_loss(forward(batch.data), batch.target);
+    if (log_value) {
+      lt::LogOptions mean;
+      mean.sync_dist = true;
+      log("value", static_cast<double>(global_rank() + 1), mean);
+      lt::LogOptions max = mean;
+      max.reduce_fx = lt::ReduceOp::kMax;
+      log("value_max", static_cast<double>(global_rank() + 1), max);
+    } else {
+      lt::LogOptions options;
+      options.sync_dist = true;
+      log("train_loss", loss, options);
+    }
+    return loss;
+  }
+  void on_train_batch_end(const torch::Tensor&, const lt::Batch&, int64_t batch_idx) override {
+    if (!log_value) return;
+    const auto& metrics = runtime().state->callback_metrics;
+    logged.push_back({metrics.at("value"), metrics.at("value_max")});
+  }
+  bool has_validation_step() const override { return false; }
+  lt::OptimizerConfig configure_optimizers() override {
+    return std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(kLr));
+  }
+  torch::Tensor flat() const {
+    std::vector<torch::Tensor> out;
+    for (const auto& p : parameters()) out.push_back(p.detach().reshape(-1));
+    return torch::cat(out);
+  }
+
+  torch::nn::Linear l1{nullptr};
+  torch::nn::Linear l2{nullptr};
+  int64_t training_steps = 0;
+  bool log_value = false;
+  std::vector<std::pair<double, double>> logged;
+};
+
+// This rank's own samples, in order: the DDP strategy keeps a custom sampler as is.
+class OwnShardSampler : public lt::Sampler {
+ public:
+  explicit OwnShardSampler(int64_t size) : size_(size) {}
+  std::vector<int64_t> indices(int64_t /*epoch*/) const override {
+    std::vector<int64_t> out(size_);
+    for (int64_t i = 0; i < size_; ++i) out[i] = i;
+    return out;
+  }
+
+ private:
+  int64_t size_;
+};
+
+std::shared_ptr<lt::DataLoader> rank_loader(int64_t rank, int64_t num_batches) {
+  std::vector<torch::Tensor> xs;
+  std::vector<torch::Tensor> ys;
+  auto s = torch::arange(kBatch, torch::kDouble);
+  auto d = torch::arange(kIn, torch::kDouble);
+  for (int64_t b = 0; b < num_batches; ++b) {
+    const double r = static_cast<double>(rank);
+    const double bb = static_cast<double>(b);
+    xs.push_back(torch::sin(0.5 + 0.31 * r + 0.17 * bb + 0.05 * s.unsqueeze(1) + 0.9 * d.unsqueeze(0)));
+    ys.push_back(torch::cos(0.2 * r + 0.13 * bb + 0.4 * s).unsqueeze(1));
+  }
+  auto data = num_batches > 0 ? torch::cat(xs) : torch::zeros({0, kIn}, torch::kDouble);
+  auto targets = num_batches > 0 ? torch::cat(ys) : torch::zeros({0, 1}, torch::kDouble);
+  auto loader = std::make_shared<lt::DataLoader>(std::make_shared<lt::TensorDataset>(data, targets),
+                                                 lt::DataLoaderOptions(kBatch));
+  loader->set_sampler(std::make_shared<OwnShardSampler>(num_batches * kBatch));
+  return loader;
+}
+
+struct MatrixConfig {
+  int ws = 0;
+  std::vector<int64_t> counts;
+  int64_t k = 1;
+  bool divide = true;
+  bool throw_on_early_termination = false;
+  int64_t epochs = 1;
+  std::string source;
+  std::vector<double> params;
+  std::string describe() const {
+    std::string c;
+    for (size_t i = 0; i < counts.size(); ++i) c += c10::str(i ? "," : "", counts[i]);
+    return c10::str("ws=", ws, " counts=", c, " k=", k, " divide=", divide, " throw=", throw_on_early_termination,
+                    " epochs=", epochs, " (", source, ")");
+  }
+};
+
+std::vector<MatrixConfig> read_matrix() {
+  std::ifstream in(std::string(LT_SOURCE_DIR) + "/tests/fixtures/join_matrix.txt");
+  std::vector<MatrixConfig> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream ss(line);
+    MatrixConfig c;
+    std::string counts;
+    int divide = 0;
+    int throw_mode = 0;
+    ss >> c.ws >> counts >> c.k >> divide >> throw_mode >> c.epochs >> c.source;
+    c.divide = divide != 0;
+    c.throw_on_early_termination = throw_mode != 0;
+    std::stringstream cs(counts);
+    std::string item;
+    while (std::getline(cs, item, ',')) c.counts.push_back(std::stoll(item));
+    double v = 0;
+    while (ss >> v) c.params.push_back(v);
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+lt::TrainerOptions base_options(const std::shared_ptr<lt::DDPStrategy>& strategy, int ws) {
+  return lt::TrainerOptions()
+      .strategy(strategy)
+      .devices(ws)
+      .max_epochs(1)
+      .enable_progress_bar(false)
+      .num_sanity_val_steps(0)
+      .log_every_n_steps(1)
+      .default_root_dir(std::filesystem::temp_directory_path().string());
+}
+
+// One per worker process: its process group lives as long as the strategy.
+std::shared_ptr<lt::DDPStrategy> make_strategy() {
+  static auto strategy = std::make_shared<lt::DDPStrategy>(
+      lt::DDPStrategyOptions().process_group_timeout(std::chrono::seconds(30)));
+  return strategy;
+}
+
+}  // namespace
+
+LT_TEST_WORKER(JoinMatrix) {
+  const int rank = env_int("RANK");
+  const int ws = env_int("WORLD_SIZE");
+  auto strategy = make_strategy();
+  int checked = 0;
+  for (const MatrixConfig& c : read_matrix()) {
+    if (c.ws != ws) continue;
+    auto model = std::make_shared<JoinNet>();
+    auto options = base_options(strategy, ws)
+                       .max_epochs(c.epochs)
+                       .accumulate_grad_batches(c.k)
+                       .join_divide_by_initial_world_size(c.divide)
+                       .join_throw_on_early_termination(c.throw_on_early_termination);
+    lt::Trainer trainer(options);
+    bool threw = false;
+    try {
+      trainer.fit(model, rank_loader(rank, c.counts[rank]));
+    } catch (const lt::EarlyTerminationError& e) {
+      threw = true;
+    }
+    const bool uneven = *std::min_element(c.counts.begin(), c.counts.end()) !=
+                        *std::max_element(c.counts.begin(), c.counts.end());
+    const torch::Tensor params = model->flat();
+    const torch::Tensor expected = torch::tensor(c.params, torch::kDouble);
+    const torch::Tensor all = strategy->all_gather(params);
+    const double error = (params - expected).abs().max().item<double>();
+    const double spread = (all - all[0]).abs().max().item<double>();
+    if (threw != (c.throw_on_early_termination && uneven) || error > 1e-6 || spread != 0.0) {
+      std::cerr << "rank " << rank << " FAILED " << c.describe() << ": threw=" << threw << " error=" << error
+                << " spread across ranks=" << spread << std::endl;
+      return 1;
+    }
+    ++checked;
+  }
+  std::cerr << "rank " << rank << ": " << checked << " configurations match the reference" << std::endl;
+  return checked > 0 ? 0 : 1;
+}
+
+TEST(JoinMatrix, TwoRanks) {
+  WorkerOptions options;
+  options.timeout = std::chrono::seconds(120);
+  auto r = run_workers("JoinMatrix", 2, options);
+  EXPECT_TRUE(r.ok()) << r.summary();
+}
+
+TEST(JoinMatrix, ThreeRanks) {
+  WorkerOptions options;
+  options.timeout = std::chrono::seconds(120);
+  auto r = run_workers("JoinMatrix", 3, options);
+  EXPECT_TRUE(r.ok()) << r.summary();
+}
+
+TEST(JoinMatrix, FourRanks) {
+  WorkerOptions options;
+  options.timeout = std::chrono::seconds(150);
+  auto r = run_workers("JoinMatrix", 4, options);
+  EXPECT_TRUE(r.ok()) << r.summary();
+}
+
+TEST(JoinEpochContext, PadsToTheEndOfTheLastWindowOnlyWithJoin) {
+  EXPECT_EQ(lt::join_num_iterations(5, 2, true), 6);
+  EXPECT_EQ(lt::join_num_iterations(6, 3, true), 6);
+  EXPECT_EQ(lt::join_num_iterations(0, 3, true), 0);
+  EXPECT_EQ(lt::join_num_iterations(7, 1, true), 7);
+  EXPECT_EQ(lt::join_num_iterations(5, 2, false), 5);
+}
+
+// -- Joinable logging ---------------------------------------------------------------------------
+
+LT_TEST_WORKER(JoinSyncDistLogging) {
+  const int rank = env_int("RANK");
+  const std::vector<int64_t> counts = {1, 3, 2};
+  auto model = std::make_shared<JoinNet>();
+  model->log_value = true;
+  lt::Trainer trainer(base_options(make_strategy(), 3));
+  trainer.fit(model, rank_loader(rank, counts[rank]));
+  // Rank r logs r + 1; the reduction is over the ranks still training.
+  const std::vector<std::pair<double, double>> expected = {{2.0, 3.0}, {2.5, 3.0}, {2.0, 2.0}};
+  WORKER_CHECK(static_cast<int64_t>(model->logged.size()) == counts[rank]);
+  for (size_t i = 0; i < model->logged.size(); ++i) {
+    if (model->logged[i] != expected[i]) {
+      std::cerr << "rank " << rank << " batch " << i << ": mean " << model->logged[i].first << " max "
+                << model->logged[i].second << std::endl;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+TEST(JoinLogging, SyncDistMeanAndMaxAreOverTheActiveRanksOnly) {
+  WorkerOptions options;
+  options.timeout = std::chrono::seconds(60);
+  auto r = run_workers("JoinSyncDistLogging", 3, options);
+  EXPECT_TRUE(r.ok()) << r.summary();
+}
+
+// -- Join disabled ---------------------------------------------------------------------------
+
+LT_TEST_WORKER(JoinDisabledUneven) {
+  const int rank = env_int("RANK");
+  auto model = std::make_shared<JoinNet>();
+  lt::Trainer trainer(base_options(make_strategy(), 2).join_enable(false));
+  try {
+    trainer.fit(model, rank_loader(rank, rank == 0 ? 2 : 5));
+  } catch (const lt::Error& e) {
+    const std::string what = e.what();
+    std::cerr << "rank " << rank << ": " << what << std::endl;
+    WORKER_CHECK(what.find("Join disabled (join_enable: false)") != std::string::npos);
+    WORKER_CHECK(what.find("rank 0: 2, rank 1: 5") != std::string::npos);
+    WORKER_CHECK(model->training_steps == 0);
+    return 0;
+  }
+  return 1;
+}
+
+TEST(JoinDisabled, UnevenInputsFailWithAClearErrorInsteadOfHanging) {
+  WorkerOptions options;
+  options.timeout = std::chrono::seconds(60);
+  const auto start = std::chrono::steady_clock::now();
+  auto r = run_workers("JoinDisabledUneven", 2, options);
+  EXPECT_TRUE(r.ok()) << r.summary();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+}
+
+// -- The compatibility check ------------------------------------------------------------------
+
+namespace {
+
+// A third-party callback that declares its own answer.
+class StepCollectiveCallback : public lt::Callback {
+ public:
+  std::string name() const override { return "StepCollectiveCallback"; }
+  lt::JoinSupport join_support(const lt::TrainerOptions&) const override {
+    return lt::JoinSupport::incompatible("it allreduces a metric in on_train_batch_end",
+                                         "move the reduction to on_train_epoch_end");
+  }
+};
+
+class QuietCallback : public lt::Callback {
+ public:
+  std::string name() const override { return "QuietCallback"; }
+};
+
+class ValNet : public JoinNet {
+ public:
+  bool has_validation_step() const override { return true; }
+  void validation_step(const lt::Batch&, int64_t) override {}
+};
+
+lt::FeatureSet features_of(const lt::TrainerOptions& options, const lt::LightningModule& module, bool validation,
+                           bool scheduler_per_step) {
+  lt::FeatureSet f;
+  f.options = &options;
+  f.module = &module;
+  for (const auto& cb : options.callbacks()) f.callbacks.push_back(cb.get());
+  f.has_validation = validation;
+  f.scheduler_per_step = scheduler_per_step;
+  return f;
+}
+
+}  // namespace
+
+TEST(JoinCompatibility, ListsEveryIncompatibleFeatureWithItsReasonAndFix) {
+  JoinNet module;
+  module.set_automatic_optimization(false);
+  module.collectives().in_forward = true;
+  module.collectives().in_steps = true;
+  auto options = lt::TrainerOptions()
+                     .val_check_interval(0.5)
+                     .callbacks({std::make_shared<StepCollectiveCallback>(), std::make_shared<QuietCallback>()});
+  const auto report = lt::check_join_compatibility(features_of(options, module, true, true), lt::JoinSettings{});
+  EXPECT_FALSE(report.ok());
+  EXPECT_EQ(report.with(lt::JoinCompatibility::kIncompatible).size(), 5u);
+  const std::string message = report.refusal_message();
+  for (const char* expected :
+       {"5 features are incompatible", "1. callback StepCollectiveCallback: it allreduces a metric",
+        "Fix: move the reduction to on_train_epoch_end", "val_check_interval=0.5", "Fix: set val_check_interval: 1.0",
+        "manual optimization", "manual_declared = true", "collectives in forward", "user collectives in steps",
+        "join_throw_on_early_termination: true"}) {
+    EXPECT_NE(message.find(expected), std::string::npos) << expected << "\n" << message;
+  }
+  EXPECT_EQ(message.find("QuietCallback"), std::string::npos) << message;
+  ASSERT_EQ(report.warnings().size(), 1u);
+  EXPECT_NE(report.warnings()[0].find("per-step LR scheduler"), std::string::npos);
+}
+
+TEST(JoinCompatibility, ThrowOnEarlyTerminationAndDeclarationsMakeACompatibleSet) {
+  JoinNet module;
+  module.set_automatic_optimization(false);
+  module.collectives().manual_declared = true;
+  module.collectives().in_forward = true;
+  module.collectives().in_steps = true;
+  auto options = lt::TrainerOptions().val_check_interval(1.0).callbacks({std::make_shared<QuietCallback>()});
+  lt::JoinSettings settings;
+  settings.throw_on_early_termination = true;
+  const auto report = lt::check_join_compatibility(features_of(options, module, true, false), settings);
+  EXPECT_TRUE(report.ok()) << report.refusal_message();
+  EXPECT_EQ(report.with(lt::JoinCompatibility::kNeedsShadowing).size(), 1u);  // sync_dist logging
+  // An integer val_check_interval validates mid-epoch.
+  options.val_check_interval(3);
+  EXPECT_FALSE(lt::check_join_compatibility(features_of(options, module, true, false), settings).ok());
+  EXPECT_TRUE(lt::check_join_compatibility(features_of(options, module, false, false), settings).ok());
+}
+
+LT_TEST_WORKER(JoinRefusedBeforeTheFirstStep) {
+  const int rank = env_int("RANK");
+  auto model = std::make_shared<ValNet>();
+  model->collectives().in_forward = true;
+  auto options = base_options(make_strategy(), 2)
+                     .val_check_interval(0.25)
+                     .callbacks({std::make_shared<StepCollectiveCallback>()});
+  lt::Trainer trainer(options);
+  try {
+    trainer.fit(model, rank_loader(rank, rank == 0 ? 3 : 5), rank_loader(rank, 1));
+  } catch (const lt::JoinCompatibilityError& e) {
+    const std::string what = e.what();
+    WORKER_CHECK(what.find("3 features are incompatible") != std::string::npos);
+    WORKER_CHECK(model->training_steps == 0);
+    // The same process group then trains a compatible set.
+    auto ok_model = std::make_shared<ValNet>();
+    lt::Trainer ok_trainer(base_options(make_strategy(), 2).val_check_interval(1.0));
+    ok_trainer.fit(ok_model, rank_loader(rank, rank == 0 ? 3 : 5), rank_loader(rank, 1));
+    WORKER_CHECK(ok_model->training_steps == (rank == 0 ? 3 : 5));
+    return 0;
+  }
+  return 1;
+}
+
+TEST(JoinCompatibility, TheStrategyRefusesTheRunOnEveryRankBeforeTheFirstStep) {
+  WorkerOptions options;
+  options.timeout = std::chrono::seconds(60);
+  auto r = run_workers("JoinRefusedBeforeTheFirstStep", 2, options);
   EXPECT_TRUE(r.ok()) << r.summary();
 }
