@@ -14,9 +14,10 @@
 //     its own command line (self_argv) devices times with LT_LOCAL_SPAWN=1,
 //     RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1
 //     and MASTER_PORT=<free port>, waits for them, and then ENDS THE PROCESS
-//     with std::exit: 0 when every worker succeeded, else the failed rank's
-//     exit code (1 if it was killed by a signal or timed out) after a
-//     message naming it; the launcher terminates the other workers first.
+//     with std::exit: 0 when every worker succeeded, else (after a message
+//     naming the failed rank on stderr) that rank's exit code, 128 + the
+//     signal that killed it, or 124 when launch_timeout passed; the launcher
+//     terminates the other workers first (SIGTERM, then SIGKILL).
 //     The workers run main() again from the start, so everything before
 //     fit runs on every rank, and everything after it only in the workers.
 //   - devices == 1 with none of these: a process group of one (single rank).

@@ -1,6 +1,7 @@
 // The strategies a config may name. Each strategy is added here, once, by an
 // explicit call (no self-registering statics); register_builtins() in
 // trainer/registry.cpp calls this function.
+#include "plugins/strategies/ddp.h"
 #include "plugins/strategies/strategy.h"
 #include "trainer/registry.h"
 #include "trainer/trainer_options.h"
@@ -23,6 +24,31 @@ void register_builtin_strategies(Registry& registry) {
         } catch (const c10::Error&) {
           throw ValueError(c10::str("single_device: '", device, "' is not a torch device (e.g. cpu, cuda:0)"));
         }
+      });
+  registry.add<Strategy>(
+      "ddp", "data parallel: one process per device (trainer.devices x num_nodes), gradients averaged by c10d",
+      ArgSchema()
+          .add_string("process_group_backend", std::nullopt, "gloo or nccl (null: nccl on cuda, else gloo)",
+                      {"gloo", "nccl"})
+          .add_float("process_group_timeout", 180.0, "seconds a rendezvous or collective may take")
+          .add_float("bucket_cap_mb", 25.0, "gradient bucket size in MiB after the first iteration")
+          .add_bool("find_unused_parameters", false, "allow parameters that get no gradient on some rank")
+          .add_bool("gradient_as_bucket_view", false, "gradients are views into the allreduce buckets")
+          .add_bool("broadcast_buffers", true, "broadcast buffers from rank 0 before each forward")
+          .add_float("launch_timeout", 0.0, "local spawn: kill the workers after this many seconds (0: never)")
+          .add_string("worker_log_dir", std::nullopt, "local spawn: write rank r's output to <dir>/rank<r>.log"),
+      [](const InitArgs& args) {
+        auto ms = [](double seconds) { return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0)); };
+        return std::make_shared<DDPStrategy>(
+            DDPStrategyOptions()
+                .process_group_backend(args.get_optional_string("process_group_backend").value_or(""))
+                .process_group_timeout(ms(args.get_float("process_group_timeout")))
+                .bucket_cap_mb(args.get_float("bucket_cap_mb"))
+                .find_unused_parameters(args.get_bool("find_unused_parameters"))
+                .gradient_as_bucket_view(args.get_bool("gradient_as_bucket_view"))
+                .broadcast_buffers(args.get_bool("broadcast_buffers"))
+                .launch_timeout(ms(args.get_float("launch_timeout")))
+                .worker_log_dir(args.get_optional_string("worker_log_dir").value_or("")));
       });
 }
 

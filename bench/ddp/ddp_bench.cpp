@@ -1,0 +1,259 @@
+// bench/ddp: training steps per second of a small MLP (Fashion-MNIST's
+// 784-256-256-10, batch 64, SGD, synthetic data in memory), each process on
+// one intra-op thread:
+//   cpp 1 process          plain LibTorch loop, no DDP
+//   cpp ddp raw  N procs   the same loop with lt::DistributedDataParallel (gloo)
+//   cpp ddp trainer N      lt::Trainer with the ddp strategy (everything a user runs)
+//   python 1 / N procs     the same model and loop in PyTorch 1.13 (ddp_bench.py)
+// and the ratios: C++ DDP / Python DDP, and the scaling efficiency
+// (N-process samples/s) / (N * 1-process samples/s) = DDP steps/s / 1-process steps/s.
+//
+//   ddp_bench [--world N] [--steps N] [--warmup N] [--hidden H] [--batch B] [--python PATH|none]
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "plugins/launchers/subprocess_script.h"
+#include "plugins/strategies/ddp.h"
+#include "plugins/strategies/distributed_data_parallel.h"
+#include "trainer/trainer.h"
+
+namespace {
+
+constexpr int64_t kChunks = 16;
+int64_t kBatch = 64, kHidden = 256;  // --batch, --hidden
+
+struct Args {
+  int world = 2;
+  int64_t steps = 300;
+  int64_t warmup = 30;
+  std::string python = "/usr/bin/python3";
+};
+
+torch::nn::Sequential make_mlp() {
+  torch::manual_seed(0);
+  return torch::nn::Sequential(torch::nn::Flatten(), torch::nn::Linear(28 * 28, kHidden), torch::nn::ReLU(),
+                               torch::nn::Linear(kHidden, kHidden), torch::nn::ReLU(), torch::nn::Linear(kHidden, 10));
+}
+
+std::pair<torch::Tensor, torch::Tensor> make_data(int64_t rank) {
+  auto gen = at::detail::createCPUGenerator(static_cast<uint64_t>(rank));
+  return {torch::randn({kBatch * kChunks, 1, 28, 28}, gen), torch::randint(10, {kBatch * kChunks}, gen)};
+}
+
+// The loop of ddp_bench.py; with `ddp`, forward runs between pre/post_forward.
+double raw_loop(const Args& args, int64_t rank, lt::DistributedDataParallel* ddp, torch::nn::Sequential& model) {
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.01));
+  auto [x, y] = make_data(rank);
+  std::chrono::steady_clock::time_point t0;
+  for (int64_t i = 0; i < args.warmup + args.steps; ++i) {
+    if (i == args.warmup) t0 = std::chrono::steady_clock::now();
+    const int64_t b = i % kChunks;
+    auto xb = x.slice(0, b * kBatch, (b + 1) * kBatch), yb = y.slice(0, b * kBatch, (b + 1) * kBatch);
+    opt.zero_grad();
+    torch::Tensor loss;
+    if (ddp != nullptr) {
+      loss = ddp->forward([&] { return torch::cross_entropy_loss(model->forward(xb), yb); });
+    } else {
+      loss = torch::cross_entropy_loss(model->forward(xb), yb);
+    }
+    loss.backward();
+    opt.step();
+  }
+  return static_cast<double>(args.steps) / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+class MlpModule : public lt::LightningModule {
+ public:
+  MlpModule() { net = register_module("net", make_mlp()); }
+  torch::Tensor training_step(const lt::Batch& batch, int64_t /*batch_idx*/) override {
+    return torch::cross_entropy_loss(net->forward(batch.data), batch.target);
+  }
+  lt::OptimizerConfig configure_optimizers() override {
+    return std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(0.01));
+  }
+  bool has_validation_step() const override { return false; }
+  bool has_test_step() const override { return false; }
+  torch::nn::Sequential net{nullptr};
+};
+
+// Steps/s measured from the batch after the warm-up to the end of training.
+class StepTimer : public lt::Callback {
+ public:
+  explicit StepTimer(int64_t warmup) : warmup_(warmup) {}
+  std::string name() const override { return "StepTimer"; }
+  void on_train_batch_start(lt::Trainer& trainer, lt::LightningModule&, const lt::Batch&, int64_t) override {
+    if (trainer.global_step() == warmup_ && !started_) {
+      started_ = true;
+      t0_ = std::chrono::steady_clock::now();
+    }
+  }
+  void on_train_end(lt::Trainer& trainer, lt::LightningModule&) override {
+    sps_ = static_cast<double>(trainer.global_step() - warmup_) /
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  }
+  double steps_per_s() const { return sps_; }
+
+ private:
+  int64_t warmup_;
+  bool started_ = false;
+  std::chrono::steady_clock::time_point t0_;
+  double sps_ = 0;
+};
+
+double trainer_loop(const Args& args, int64_t rank, int64_t world) {
+  auto [x, y] = make_data(rank);
+  // Every rank sees kChunks batches per epoch of its own data: the whole
+  // set is world * kChunks batches, sharded by the DistributedSampler.
+  std::vector<torch::Tensor> xs, ys;
+  for (int64_t r = 0; r < world; ++r) {
+    auto [xr, yr] = make_data(r);
+    xs.push_back(xr);
+    ys.push_back(yr);
+  }
+  auto dataset = std::make_shared<lt::TensorDataset>(torch::cat(xs), torch::cat(ys));
+  auto loader = std::make_shared<lt::DataLoader>(dataset, lt::DataLoaderOptions(kBatch));
+  auto timer = std::make_shared<StepTimer>(args.warmup);
+  lt::TrainerOptions options;
+  options.max_steps(args.warmup + args.steps)
+      .devices(world)
+      .callbacks({timer})
+      .enable_progress_bar(false)
+      .num_sanity_val_steps(0)
+      .log_every_n_steps(1000000)
+      .uneven_inputs(lt::UnevenInputs::kPad)
+      .default_root_dir(std::filesystem::temp_directory_path().string());
+  if (world > 1) options.strategy(std::make_shared<lt::DDPStrategy>());
+  lt::Trainer trainer(options);
+  auto model = std::make_shared<MlpModule>();
+  trainer.fit(model, loader);
+  return timer->steps_per_s();
+}
+
+// Runs in a worker process (LT_BENCH_ROLE set): writes rank 0's steps/s.
+int worker_main(const Args& args) {
+  const std::string role = std::getenv("LT_BENCH_ROLE");
+  const int64_t rank = std::atoi(std::getenv("RANK")), world = std::atoi(std::getenv("WORLD_SIZE"));
+  double sps = 0;
+  if (role == "raw") {
+    lt::DDPStrategy strategy;
+    strategy.setup_environment(lt::TrainerOptions().devices(world));
+    auto model = make_mlp();
+    lt::DistributedDataParallel ddp(model.ptr(), strategy.process_group());
+    sps = raw_loop(args, rank, &ddp, model);
+  } else {
+    sps = trainer_loop(args, rank, world);
+  }
+  if (rank == 0) std::ofstream(std::getenv("LT_BENCH_OUT")) << sps << "\n";
+  return 0;
+}
+
+double run_workers(const Args& args, const std::string& role) {
+  const std::string out = (std::filesystem::temp_directory_path() /
+                           ("lt_ddp_bench_" + std::to_string(::getpid()) + "_" + role + ".txt"))
+                              .string();
+  const int port = lt::find_free_port();
+  std::vector<lt::WorkerSpec> specs;
+  for (int r = 0; r < args.world; ++r) {
+    lt::WorkerSpec spec;
+    spec.argv = lt::self_argv();
+    spec.env = {{"LT_BENCH_ROLE", role},         {"LT_BENCH_OUT", out},
+                {"RANK", std::to_string(r)},     {"LOCAL_RANK", std::to_string(r)},
+                {"WORLD_SIZE", std::to_string(args.world)}, {"MASTER_ADDR", "127.0.0.1"},
+                {"MASTER_PORT", std::to_string(port)}};
+    specs.push_back(std::move(spec));
+  }
+  auto exits = lt::launch_and_wait(specs, lt::LaunchOptions{std::chrono::minutes(10)});
+  for (size_t r = 0; r < exits.size(); ++r) {
+    if (!exits[r].ok()) {
+      std::cerr << "ddp_bench: " << role << " rank " << r << " " << exits[r].describe() << "\n";
+      return 0;
+    }
+  }
+  double sps = 0;
+  std::ifstream(out) >> sps;
+  std::filesystem::remove(out);
+  return sps;
+}
+
+std::map<int, double> run_python(const Args& args) {
+  std::map<int, double> out;
+  if (args.python == "none") return out;
+  const std::string script = std::string(LT_SOURCE_DIR) + "/bench/ddp/ddp_bench.py";
+  const std::string cmd = args.python + " " + script + " --world " + std::to_string(args.world) + " --steps " +
+                          std::to_string(args.steps) + " --warmup " + std::to_string(args.warmup) + " --hidden " +
+                          std::to_string(kHidden) + " --batch " + std::to_string(kBatch);
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return out;
+  char line[512];
+  while (std::fgets(line, sizeof(line), pipe) != nullptr) {
+    int world = 0;
+    double sps = 0;
+    if (std::sscanf(line, "python world=%d steps_per_s=%lf", &world, &sps) == 2) out[world] = sps;
+  }
+  if (::pclose(pipe) != 0) std::cerr << "ddp_bench: the python run failed (" << cmd << ")\n";
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--world" && i + 1 < argc) args.world = std::atoi(argv[++i]);
+    else if (a == "--steps" && i + 1 < argc) args.steps = std::atoll(argv[++i]);
+    else if (a == "--warmup" && i + 1 < argc) args.warmup = std::atoll(argv[++i]);
+    else if (a == "--python" && i + 1 < argc) args.python = argv[++i];
+    else if (a == "--hidden" && i + 1 < argc) kHidden = std::atoll(argv[++i]);
+    else if (a == "--batch" && i + 1 < argc) kBatch = std::atoll(argv[++i]);
+    else {
+      std::cerr << "usage: ddp_bench [--world N] [--steps N] [--warmup N] [--hidden H] [--batch B] [--python PATH|none]\n";
+      return 2;
+    }
+  }
+  torch::set_num_threads(1);
+  if (std::getenv("LT_BENCH_ROLE") != nullptr) return worker_main(args);
+
+  std::printf("bench/ddp: MLP 784-%lld-%lld-10, batch %lld, SGD, %lld steps after %lld warm-up, 1 thread/process, "
+              "%ld cores\n",
+              static_cast<long long>(kHidden), static_cast<long long>(kHidden), static_cast<long long>(kBatch),
+              static_cast<long long>(args.steps), static_cast<long long>(args.warmup), ::sysconf(_SC_NPROCESSORS_ONLN));
+  std::fflush(stdout);
+  auto model = make_mlp();
+  const double cpp_single = raw_loop(args, 0, nullptr, model);
+  std::printf("  cpp     1 process            %8.1f steps/s\n", cpp_single);
+  std::fflush(stdout);
+  const double cpp_trainer_single = trainer_loop(args, 0, 1);
+  std::printf("  cpp     1 process, Trainer   %8.1f steps/s\n", cpp_trainer_single);
+  std::fflush(stdout);
+  const double cpp_raw = run_workers(args, "raw");
+  std::printf("  cpp     %d processes, DDP     %8.1f steps/s (rank 0)\n", args.world, cpp_raw);
+  std::fflush(stdout);
+  const double cpp_trainer = run_workers(args, "trainer");
+  std::printf("  cpp     %d processes, Trainer %8.1f steps/s (rank 0)\n", args.world, cpp_trainer);
+  std::fflush(stdout);
+  const auto py = run_python(args);
+  const double py_single = py.count(1) ? py.at(1) : 0, py_ddp = py.count(args.world) ? py.at(args.world) : 0;
+  std::printf("  python  1 process            %8.1f steps/s\n", py_single);
+  std::printf("  python  %d processes, DDP     %8.1f steps/s (rank 0)\n", args.world, py_ddp);
+  auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
+  std::printf("ratios\n");
+  std::printf("  cpp DDP / python DDP                  %.2fx   (target >= 1.5x)\n", ratio(cpp_raw, py_ddp));
+  std::printf("  cpp Trainer DDP / python DDP          %.2fx\n", ratio(cpp_trainer, py_ddp));
+  std::printf("  cpp 1 process / python 1 process      %.2fx\n", ratio(cpp_single, py_single));
+  std::printf("  scaling efficiency cpp DDP (%d procs)  %.2f    (target >= 0.9)\n", args.world, ratio(cpp_raw, cpp_single));
+  std::printf("  scaling efficiency cpp Trainer        %.2f\n", ratio(cpp_trainer, cpp_trainer_single));
+  std::printf("  scaling efficiency python             %.2f\n", ratio(py_ddp, py_single));
+  return 0;
+}
