@@ -193,7 +193,8 @@ ConfigNode resolve_class(const ConfigNode& node, const std::string& path, const 
     init_args = node.find("init_args");
     if (class_path == nullptr) {
       fail(node.source, join_path(path, "class_path"),
-           c10::str("missing; name the ", kind, " (registered ", kind, "s: ", c10::Join(", ", registry.names<T>()), ")"));
+           c10::str("missing; name the ", kind, " (registered ", kind == "strategy" ? std::string("strategies") : kind + "s",
+                    ": ", c10::Join(", ", registry.names<T>()), ")"));
     }
   } else {
     fail(node.source, path, c10::str("expected a ", kind, " name or {class_path, init_args}, got ", node.describe()));
@@ -320,11 +321,12 @@ void validate_trainer(const ConfigNode& resolved_trainer) {
 
 // trainer.{callbacks,logger,strategy,seed} are accepted as aliases of the top-level keys.
 void lift_trainer_aliases(ConfigNode& root) {
-  ConfigNode* trainer = root.find("trainer");
-  if (trainer == nullptr || !trainer->is_map()) return;
   const std::pair<const char*, const char*> kAliases[] = {
       {"callbacks", "callbacks"}, {"logger", "logger"}, {"strategy", "strategy"}, {"seed", "seed_everything"}};
   for (const auto& [inner, outer] : kAliases) {
+    // Found again each time: root.set() below may move the entries.
+    ConfigNode* trainer = root.find("trainer");
+    if (trainer == nullptr || !trainer->is_map()) return;
     ConfigNode* v = trainer->find(inner);
     if (v == nullptr) continue;
     if (const ConfigNode* top = root.find(outer)) {

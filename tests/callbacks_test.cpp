@@ -18,6 +18,7 @@
 #include "loggers/console.h"
 #include "loggers/csv.h"
 #include "tests/support/seeding.h"
+#include "trainer/check.h"
 #include "trainer/checkpoint.h"
 #include "trainer/trainer.h"
 

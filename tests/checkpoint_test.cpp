@@ -12,6 +12,7 @@
 
 #include "callbacks/model_checkpoint.h"
 #include "tests/support/seeding.h"
+#include "trainer/check.h"
 #include "trainer/checkpoint.h"
 #include "trainer/trainer.h"
 
