@@ -13,6 +13,8 @@
 #include <iostream>
 #include <sstream>
 
+#include "callbacks/early_stopping.h"
+#include "callbacks/model_checkpoint.h"
 #include "plugins/join/join.h"
 #include "plugins/strategies/ddp.h"
 #include "plugins/strategies/ddp_join.h"
@@ -628,6 +630,19 @@ TEST(JoinCompatibility, ThrowOnEarlyTerminationAndDeclarationsMakeACompatibleSet
   options.val_check_interval(3);
   EXPECT_FALSE(lt::check_join_compatibility(features_of(options, module, true, false), settings).ok());
   EXPECT_TRUE(lt::check_join_compatibility(features_of(options, module, false, false), settings).ok());
+}
+
+TEST(JoinCompatibility, BuiltInCallbacksDeclareTheirAnswer) {
+  JoinNet module;
+  auto options = lt::TrainerOptions().callbacks(
+      {std::make_shared<lt::EarlyStopping>(lt::EarlyStoppingOptions("train_loss")),
+       std::make_shared<lt::ModelCheckpoint>(), std::make_shared<lt::ModelCheckpoint>(
+                                                    lt::ModelCheckpointOptions().every_n_train_steps(5))});
+  const auto report = lt::check_join_compatibility(features_of(options, module, false, false), lt::JoinSettings{});
+  const auto refused = report.with(lt::JoinCompatibility::kIncompatible);
+  ASSERT_EQ(refused.size(), 1u) << report.refusal_message();
+  EXPECT_NE(report.refusal_message().find("every_n_train_steps=5"), std::string::npos) << report.refusal_message();
+  EXPECT_NE(report.refusal_message().find("every_n_epochs"), std::string::npos) << report.refusal_message();
 }
 
 LT_TEST_WORKER(JoinRefusedBeforeTheFirstStep) {
