@@ -75,15 +75,19 @@ c10::IValue pickle_load_file(const std::string& path) {
   try {
     return torch::pickle_load(bytes);
   } catch (const std::exception& e) {
+    // LibTorch 1.13's unpickler cannot read collections.OrderedDict (what
+    // torch.save(model.state_dict()) writes); the marker is a hint, not proof:
+    // a cut file may hold it too.
     static const std::string kOrderedDict = "collections\nOrderedDict\n";
-    if (std::search(bytes.begin(), bytes.end(), kOrderedDict.begin(), kOrderedDict.end()) != bytes.end()) {
-      // LibTorch 1.13's unpickler turns OrderedDict into None (fixed in later versions).
-      throw ValueError(c10::str("'", path, "' holds a collections.OrderedDict (as torch.save(model.state_dict()) ",
-                                "writes), which LibTorch 1.13 cannot read; save a plain dict instead: ",
-                                "torch.save(dict(model.state_dict()), path)"));
-    }
-    throw ValueError(c10::str("checkpoint '", path, "' is truncated or corrupt (", bytes.size(),
-                              " bytes): ", std::string(e.what()).substr(0, 200)));
+    const bool ordered_dict =
+        std::search(bytes.begin(), bytes.end(), kOrderedDict.begin(), kOrderedDict.end()) != bytes.end();
+    throw ValueError(c10::str(
+        "checkpoint '", path, "' is truncated or corrupt (", bytes.size(), " bytes): ",
+        std::string(e.what()).substr(0, 200),
+        ordered_dict ? "; if Python's torch.save(model.state_dict()) wrote it: it holds a collections.OrderedDict, "
+                       "which LibTorch 1.13 cannot read; save a plain dict instead: "
+                       "torch.save(dict(model.state_dict()), path)"
+                     : ""));
   }
 }
 

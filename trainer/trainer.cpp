@@ -91,7 +91,11 @@ void Trainer::end(Run& run) {
 void Trainer::fit(const std::shared_ptr<LightningModule>& module, const std::shared_ptr<DataModule>& data,
                   const std::string& ckpt_path) {
   LT_CHECK(data != nullptr, "Trainer::fit: the data module is null");
+  // First the environment (a local-spawn parent ends here), then data
+  // preparation once per node, which the other ranks wait for.
+  strategy_->setup_environment(options_);
   if (strategy_->local_rank() == 0) data->prepare_data();
+  strategy_->barrier("prepare_data");
   data->setup(Stage::kTrain);
   fit(module, data->train_dataloader(), data->val_dataloader(), ckpt_path);
 }
