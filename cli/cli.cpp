@@ -262,6 +262,13 @@ const ArgSchema& trainer_schema() {
         .add_int("devices", d.devices(), "devices (processes) per node")
         .add_int("num_nodes", d.num_nodes(), "nodes")
         .add_string("uneven_inputs", "join", "DDP with uneven shards", {"join", "pad", "error"})
+        .add_bool("join_enable", d.join_enable(), "uneven_inputs join: train under Join (false: refuse uneven shards)")
+        .add_bool("join_throw_on_early_termination", d.join_throw_on_early_termination(),
+                  "Join: every rank stops with an error once one runs out of data")
+        .add_bool("join_divide_by_initial_world_size", d.join_divide_by_initial_world_size(),
+                  "Join: average gradients over all ranks (false: over the ranks with data)")
+        .add_string("on_nonfinite", "error", "NaN/inf loss or gradient", {"error", "skip_step", "ignore"})
+        .add_bool("handle_signals", d.handle_signals(), "SIGINT/SIGTERM: stop at the next step, write interrupted.ckpt")
         .add_int("log_every_n_steps", d.log_every_n_steps(), "logger interval in optimizer steps")
         .add_bool("enable_progress_bar", d.enable_progress_bar(), "add a ProgressBar if none is configured")
         .add_bool("enable_checkpointing", true, "fit: add a ModelCheckpoint if none is configured");
@@ -296,6 +303,14 @@ TrainerOptions trainer_options_from(const InitArgs& a) {
       .num_nodes(a.get_int("num_nodes"))
       .log_every_n_steps(a.get_int("log_every_n_steps"))
       .enable_progress_bar(a.get_bool("enable_progress_bar"));
+  o.join_enable(a.get_bool("join_enable"))
+      .join_throw_on_early_termination(a.get_bool("join_throw_on_early_termination"))
+      .join_divide_by_initial_world_size(a.get_bool("join_divide_by_initial_world_size"))
+      .handle_signals(a.get_bool("handle_signals"));
+  const std::string& nonfinite = a.get_string("on_nonfinite");
+  o.on_nonfinite(nonfinite == "skip_step" ? NonFinitePolicy::kSkipStep
+                 : nonfinite == "ignore"  ? NonFinitePolicy::kIgnore
+                                          : NonFinitePolicy::kError);
   const std::string& uneven = a.get_string("uneven_inputs");
   o.uneven_inputs(uneven == "pad" ? UnevenInputs::kPad : uneven == "error" ? UnevenInputs::kError : UnevenInputs::kJoin);
   return o;
