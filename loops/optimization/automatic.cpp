@@ -45,13 +45,7 @@ torch::Tensor AutomaticOptimization::run(LoopContext& ctx, const Batch& batch, i
 }
 
 void AutomaticOptimization::run_padding(LoopContext& ctx, bool window_end) {
-  // sum(p * 0): a graph touching every parameter, so a DDP reducer sees
-  // every gradient ready and reduces the accumulated ones, adding nothing.
-  torch::Tensor zero = torch::zeros({}, ctx.strategy.root_device());
-  for (const auto& p : ctx.module.parameters()) {
-    if (p.requires_grad()) zero = zero + (p * 0).sum();
-  }
-  ctx.strategy.backward(zero, ctx.module);
+  ctx.strategy.backward(zero_loss(ctx.module, ctx.strategy.root_device()), ctx.module);
   if (window_end) optimizer_step(ctx);
 }
 

@@ -13,22 +13,6 @@ namespace lt {
 
 namespace {
 
-// A zero loss whose graph reaches every trainable parameter (as run_padding's).
-torch::Tensor zero_loss(LightningModule& module, torch::Device device) {
-  torch::Tensor zero = torch::zeros({}, device);
-  for (const auto& p : module.parameters()) {
-    if (p.requires_grad()) zero = zero + (p * 0).sum();
-  }
-  return zero;
-}
-
-// PyTorch's _DDPJoinHook.__init__ sets ddp._divide_by_initial_world_size from
-// the Join's kwargs. DistributedDataParallel reads the flag from its options
-// at every pre_forward; it has no setter yet, so set the option in place.
-void set_divide_by_initial_world_size(DistributedDataParallel& ddp, bool divide) {
-  const_cast<DistributedDataParallelOptions&>(ddp.options()).divide_by_initial_world_size(divide);
-}
-
 class DDPJoinBatchGuard : public BatchGuard {
  public:
   DDPJoinBatchGuard(DistributedDataParallel& ddp, bool sync_gradients) {
@@ -44,7 +28,7 @@ class DDPJoinEpochContext : public TrainingEpochContext {
   DDPJoinEpochContext(EpochPlan plan, DDPStrategy& strategy, LightningModule& module, JoinSettings settings)
       : TrainingEpochContext(plan), strategy_(strategy), module_(module), ddp_(*strategy.ddp()), settings_(settings) {
     if (!settings_.enable) check_even_batches();
-    set_divide_by_initial_world_size(ddp_, settings_.divide_by_initial_world_size);
+    ddp_.set_divide_by_initial_world_size(settings_.divide_by_initial_world_size);
     std::vector<Joinable*> joinables{&ddp_};
     if (module_.runtime().results != nullptr) {
       logging_ = std::make_unique<LoggingJoinable>(*module_.runtime().results, ddp_.process_group(), ddp_.device());
@@ -56,7 +40,7 @@ class DDPJoinEpochContext : public TrainingEpochContext {
   ~DDPJoinEpochContext() override {
     join_.reset();  // resets the joinables' configs before the logging joinable goes
     logging_.reset();
-    set_divide_by_initial_world_size(ddp_, true);
+    ddp_.set_divide_by_initial_world_size(true);
   }
 
   int64_t num_iterations() const override {

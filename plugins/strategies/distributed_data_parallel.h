@@ -91,6 +91,8 @@ class DistributedDataParallel : public Joinable {
 
   torch::nn::Module& module() const { return *module_; }
   const DistributedDataParallelOptions& options() const { return options_; }
+  // PyTorch's _DDPJoinHook sets this from the Join's arguments; read at every pre_forward.
+  void set_divide_by_initial_world_size(bool divide) { options_.divide_by_initial_world_size(divide); }
   const c10::intrusive_ptr<c10d::ProcessGroup>& process_group() const { return process_group_; }
   int64_t rank() const { return rank_; }
   int64_t world_size() const { return world_size_; }

@@ -112,6 +112,11 @@ class Strategy {
   virtual bool reduce_boolean_decision(bool decision, bool all = true);
 };
 
+// sum(p * 0) over the module's trainable parameters: a zero loss whose graph
+// reaches every parameter, so a DDP reducer sees every gradient ready and
+// reduces what was accumulated, adding nothing (padding micro-batches).
+torch::Tensor zero_loss(const torch::nn::Module& module, torch::Device device);
+
 class SingleDeviceStrategy : public Strategy {
  public:
   explicit SingleDeviceStrategy(torch::Device device = torch::kCPU) : device_(device) {}
