@@ -26,14 +26,25 @@ class ClusterEnvironment {
   // supervisor) started every rank: this process is a worker. False only
   // in the supervisor of a local spawn, which must start the workers.
   virtual bool creates_processes_externally() const = 0;
-  virtual std::string main_address() const = 0;
-  virtual int main_port() const = 0;
-  virtual int64_t world_size() const = 0;
-  virtual int64_t global_rank() const = 0;
-  virtual int64_t local_rank() const = 0;
-  virtual int64_t node_rank() const = 0;
+  std::string main_address() const { return ranks_.main_address; }
+  int main_port() const { return ranks_.main_port; }
+  int64_t world_size() const { return ranks_.world_size; }
+  int64_t global_rank() const { return ranks_.global_rank; }
+  int64_t local_rank() const { return ranks_.local_rank; }
+  int64_t node_rank() const { return ranks_.node_rank; }
   // Processes on this node (local world size), when the environment says so.
-  virtual std::optional<int64_t> local_world_size() const { return std::nullopt; }
+  std::optional<int64_t> local_world_size() const { return ranks_.local_world_size; }
+
+ protected:
+  // Each environment's constructor fills this from its variables; the
+  // defaults are a single process on this machine.
+  struct Ranks {
+    std::string main_address = "127.0.0.1";
+    int main_port = 0;
+    int64_t world_size = 1, global_rank = 0, local_rank = 0, node_rank = 0;
+    std::optional<int64_t> local_world_size;
+  };
+  Ranks ranks_;
 };
 
 // Picks the environment of this process (order above).

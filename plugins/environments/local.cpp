@@ -9,12 +9,17 @@ bool LocalEnvironment::detect_worker() {
 }
 
 LocalEnvironment::LocalEnvironment() : worker_(detect_worker()) {
-  if (!worker_) return;
-  rank_ = env::require_int("RANK", "local spawn worker");
-  world_size_ = env::require_int("WORLD_SIZE", "local spawn worker");
-  port_ = static_cast<int>(env::require_int("MASTER_PORT", "local spawn worker"));
-  LT_CHECK(rank_ >= 0 && rank_ < world_size_, "local spawn worker: RANK=", rank_, " is outside [0, WORLD_SIZE=",
-           world_size_, ")");
+  if (worker_) {
+    ranks_.global_rank = env::require_int("RANK", "local spawn worker");
+    ranks_.world_size = env::require_int("WORLD_SIZE", "local spawn worker");
+    ranks_.main_port = static_cast<int>(env::require_int("MASTER_PORT", "local spawn worker"));
+    LT_CHECK(ranks_.global_rank >= 0 && ranks_.global_rank < ranks_.world_size, "local spawn worker: RANK=",
+             ranks_.global_rank, " is outside [0, WORLD_SIZE=", ranks_.world_size, ")");
+  }
+  // Every rank of a local spawn is on this one node (node rank 0, address
+  // 127.0.0.1), so its local rank and size are the global ones.
+  ranks_.local_rank = ranks_.global_rank;
+  ranks_.local_world_size = ranks_.world_size;
 }
 
 }  // namespace lt

@@ -19,19 +19,9 @@ class LocalEnvironment : public ClusterEnvironment {
   LocalEnvironment();
   std::string name() const override { return "local"; }
   bool creates_processes_externally() const override { return worker_; }
-  std::string main_address() const override { return "127.0.0.1"; }
-  int main_port() const override { return port_; }
-  int64_t world_size() const override { return world_size_; }
-  int64_t global_rank() const override { return rank_; }
-  int64_t local_rank() const override { return rank_; }
-  int64_t node_rank() const override { return 0; }
-  std::optional<int64_t> local_world_size() const override { return world_size_; }
 
  private:
   bool worker_ = false;
-  int64_t rank_ = 0;
-  int64_t world_size_ = 1;
-  int port_ = 0;
 };
 
 }  // namespace lt

@@ -31,30 +31,30 @@ std::string SlurmEnvironment::resolve_root_node_address(const std::string& nodel
 }
 
 SlurmEnvironment::SlurmEnvironment() {
-  rank_ = env::require_int("SLURM_PROCID", "SLURM");
-  world_size_ = env::require_int("SLURM_NTASKS", "SLURM");
-  local_rank_ = env::get_int("SLURM_LOCALID").value_or(0);
-  node_rank_ = env::get_int("SLURM_NODEID").value_or(0);
-  local_world_size_ = env::get_int("SLURM_NTASKS_PER_NODE");
-  LT_CHECK(rank_ >= 0 && rank_ < world_size_, "SLURM: SLURM_PROCID=", rank_, " must be in [0, SLURM_NTASKS=",
-           world_size_, ")");
+  ranks_.global_rank = env::require_int("SLURM_PROCID", "SLURM");
+  ranks_.world_size = env::require_int("SLURM_NTASKS", "SLURM");
+  ranks_.local_rank = env::get_int("SLURM_LOCALID").value_or(0);
+  ranks_.node_rank = env::get_int("SLURM_NODEID").value_or(0);
+  ranks_.local_world_size = env::get_int("SLURM_NTASKS_PER_NODE");
+  LT_CHECK(ranks_.global_rank >= 0 && ranks_.global_rank < ranks_.world_size, "SLURM: SLURM_PROCID=",
+           ranks_.global_rank, " must be in [0, SLURM_NTASKS=", ranks_.world_size, ")");
   if (auto address = env::get("MASTER_ADDR")) {
-    address_ = *address;
+    ranks_.main_address = *address;
   } else {
     auto nodes = env::get("SLURM_NODELIST");
     if (!nodes) nodes = env::get("SLURM_JOB_NODELIST");
-    LT_CHECK(nodes.has_value() || world_size_ == 1,
+    LT_CHECK(nodes.has_value() || ranks_.world_size == 1,
              "SLURM: neither MASTER_ADDR nor SLURM_NODELIST is set; cannot find the host of rank 0");
-    address_ = nodes ? resolve_root_node_address(*nodes) : "127.0.0.1";
+    ranks_.main_address = nodes ? resolve_root_node_address(*nodes) : "127.0.0.1";
   }
   if (auto port = env::get_int("MASTER_PORT")) {
-    port_ = static_cast<int>(*port);
+    ranks_.main_port = static_cast<int>(*port);
   } else {
     const std::string job = env::get("SLURM_JOB_ID").value_or("0");
     const std::string tail = job.size() > 4 ? job.substr(job.size() - 4) : job;
     int digits = 0;
     for (char c : tail) digits = c >= '0' && c <= '9' ? digits * 10 + (c - '0') : digits;
-    port_ = 15000 + digits;
+    ranks_.main_port = 15000 + digits;
   }
 }
 

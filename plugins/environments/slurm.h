@@ -19,19 +19,6 @@ class SlurmEnvironment : public ClusterEnvironment {
   SlurmEnvironment();
   std::string name() const override { return "slurm"; }
   bool creates_processes_externally() const override { return true; }
-  std::string main_address() const override { return address_; }
-  int main_port() const override { return port_; }
-  int64_t world_size() const override { return world_size_; }
-  int64_t global_rank() const override { return rank_; }
-  int64_t local_rank() const override { return local_rank_; }
-  int64_t node_rank() const override { return node_rank_; }
-  std::optional<int64_t> local_world_size() const override { return local_world_size_; }
-
- private:
-  std::string address_;
-  int port_ = 0;
-  int64_t world_size_ = 1, rank_ = 0, local_rank_ = 0, node_rank_ = 0;
-  std::optional<int64_t> local_world_size_;
 };
 
 }  // namespace lt
