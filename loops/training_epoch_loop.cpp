@@ -109,7 +109,12 @@ void TrainingEpochLoop::run(LoopContext& ctx, DataLoader& train, DataLoader* val
     }
   }
   epoch->finish();
-  if (validated_at_end) run_validation(ctx, *val);
+  // A stop another rank asked for reaches this one at the epoch's end at the latest.
+  if (ctx.state.interrupted_by == 0 && !max_steps_reached(ctx) && !ctx.state.should_stop &&
+      epoch->stop_requested(interrupt_signal() != 0)) {
+    ctx.state.interrupted_by = interrupt_signal() != 0 ? interrupt_signal() : SIGTERM;
+  }
+  if (validated_at_end && ctx.state.interrupted_by == 0) run_validation(ctx, *val);
 }
 
 }  // namespace lt

@@ -1,18 +1,25 @@
 // No lost work: a checkpoint save killed at any moment leaves the previous
 // checkpoint loadable; a truncated or corrupt ckpt_path is a clear error; files
 // written are not world-writable.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
+#include <set>
+#include <sstream>
 #include <thread>
 
+#include "plugins/strategies/ddp.h"
 #include "tests/support/multiprocess.h"
 #include "tests/support/seeding.h"
 #include "trainer/check.h"
@@ -38,7 +45,9 @@ LT_TEST_WORKER(SaveCheckpointsForever) {
   return 0;
 }
 
-pid_t start_worker(const std::string& name, const std::map<std::string, std::string>& env) {
+// Starts this binary running the worker `name` (stdout and stderr to `output`, if given).
+pid_t start_worker(const std::string& name, const std::map<std::string, std::string>& env,
+                   const std::string& output = {}) {
   std::vector<std::string> strings;
   for (char** e = environ; *e; ++e) strings.emplace_back(*e);
   strings.push_back("LT_TEST_WORKER=" + name);
@@ -49,6 +58,11 @@ pid_t start_worker(const std::string& name, const std::map<std::string, std::str
   const std::string exe = lt::self_executable();
   const pid_t pid = fork();
   if (pid == 0) {
+    if (!output.empty()) {
+      const int fd = ::open(output.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(fd, STDOUT_FILENO);
+      ::dup2(fd, STDERR_FILENO);
+    }
     char* argv[] = {const_cast<char*>(exe.c_str()), nullptr};
     execve(exe.c_str(), argv, envp.data());
     _exit(127);
@@ -221,6 +235,315 @@ TEST(Signals, SecondSignalExitsAtOnceWithoutCheckpoint) {
   auto r = lt::testing::run_workers("SecondSignalExitsAtOnce", 1, options);
   EXPECT_EQ(r.exits[0].exit_code, 128 + SIGTERM) << r.summary();
   EXPECT_FALSE(fs::exists(dir.path / "interrupted.ckpt"));
+}
+
+}  // namespace
+
+// -- DDP: a failure on one rank is reported by every rank, and nothing hangs ----------
+
+namespace {
+
+// Rank 1's batch 3 (sample 25, which only rank 1 draws) has 3 features instead of 2.
+class BadBatchDataset : public lt::TensorDataset {
+ public:
+  using lt::TensorDataset::TensorDataset;
+  lt::Batch get_batch(const std::vector<int64_t>& indices) const override {
+    lt::Batch b = lt::TensorDataset::get_batch(indices);
+    if (std::find(indices.begin(), indices.end(), 25) != indices.end()) {
+      b.data = torch::cat({b.data, b.data.narrow(1, 0, 1)}, 1);
+    }
+    return b;
+  }
+};
+
+// Two ranks over TCPStore + gloo (process_group_timeout 3 s), 64 samples in
+// batches of 4 (8 per rank), with one fault chosen by LT_SCENARIO:
+//   hang      rank 1 sleeps 60 s in its training step at batch 2
+//   uneven    uneven_inputs pad (no Join); rank 0 runs 3 batches, rank 1 6
+//   bad_data  rank 1's batch 3 has the wrong shape
+LT_TEST_WORKER(FaultyDdpRun) {
+  const std::string scenario = lt::testing::env_str("LT_SCENARIO");
+  const int rank = lt::testing::env_int("RANK");
+  struct Model : Tiny {
+    bool hang = false;
+    torch::Tensor training_step(const lt::Batch& b, int64_t batch_idx) override {
+      if (hang && batch_idx == 2) std::this_thread::sleep_for(std::chrono::seconds(60));
+      return Tiny::training_step(b, batch_idx);
+    }
+  };
+  torch::manual_seed(0);
+  auto model = std::make_shared<Model>();
+  model->hang = scenario == "hang" && rank == 1;
+  auto x = torch::randn({64, 2}), y = torch::randn({64, 1});
+  auto dataset = scenario == "bad_data" ? std::make_shared<BadBatchDataset>(x, y)
+                                        : std::make_shared<lt::TensorDataset>(x, y);
+  auto options = lt::TrainerOptions()
+                     .strategy(std::make_shared<lt::DDPStrategy>(
+                         lt::DDPStrategyOptions().process_group_timeout(std::chrono::seconds(3))))
+                     .devices(2)
+                     .max_epochs(1)
+                     .enable_progress_bar(false)
+                     .default_root_dir(lt::testing::env_str("LT_DIR"));
+  if (scenario == "uneven") options.uneven_inputs(lt::UnevenInputs::kPad).limit_train_batches(rank == 0 ? 3 : 6);
+  lt::Trainer trainer(options);
+  try {
+    trainer.fit(model, std::make_shared<lt::DataLoader>(dataset, lt::DataLoaderOptions(4)));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fit failed: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
+
+lt::testing::WorkersResult run_faulty(const std::string& scenario, const std::string& dir) {
+  lt::testing::WorkerOptions options;
+  options.timeout = std::chrono::seconds(60);
+  options.env = {{"LT_SCENARIO", scenario}, {"LT_DIR", dir}};
+  return lt::testing::run_workers("FaultyDdpRun", 2, options);
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+TEST(Watchdog, AHungRankIsNamedByEveryRankAndAllExitNonZero) {
+  TempDir dir;
+  const auto start = std::chrono::steady_clock::now();
+  auto r = run_faulty("hang", dir.path.string());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::string& out0 = r.outputs[0];
+  const std::string& out1 = r.outputs[1];
+  EXPECT_EQ(r.exits[0].exit_code, 1) << r.summary();
+  EXPECT_TRUE(r.exits[1].exit_code == 1 || r.exits[1].signal != 0) << r.summary();
+  // Rank 0 timed out in the gradient allreduce of step 2 and says rank 1 never came.
+  EXPECT_TRUE(contains(out0, "collective backward (gradient allreduce) failed on rank 0 of 2 at epoch 0, global "
+                             "step 2, batch 2 (of 8) after the process group timeout of 3 s"))
+      << out0;
+  EXPECT_TRUE(contains(out0, "rank 1: not in a collective for")) << out0;
+  EXPECT_TRUE(contains(out0, "ranks that did not arrive: 1")) << out0;
+  EXPECT_TRUE(contains(out0, "uneven inputs are not the cause: Join handles them in this run")) << out0;
+  // Rank 1, stuck in its own code, is ended by its watchdog with the same report.
+  EXPECT_TRUE(contains(out1, "rank 1 of 2 stops: another rank failed while this rank was busy in its own code"))
+      << out1;
+  EXPECT_TRUE(contains(out1, "rank 0: failed at epoch 0, global step 2, batch 2 of 8: in backward")) << out1;
+  EXPECT_LT(seconds, 30.0);  // the 3 s timeout, the 2 s check-in, start-up; not the 60 s sleep
+}
+
+TEST(Watchdog, UnevenInputsWithoutJoinAreNamedAsTheLikelyCause) {
+  TempDir dir;
+  auto r = run_faulty("uneven", dir.path.string());
+  const std::string& out0 = r.outputs[0];
+  const std::string& out1 = r.outputs[1];
+  EXPECT_NE(r.exits[0].exit_code, 0) << r.summary();
+  EXPECT_NE(r.exits[1].exit_code, 0) << r.summary();
+  // Rank 1's fourth allreduce has no partner: rank 0 ran out of batches and waits at the end of fit.
+  EXPECT_TRUE(contains(out1, "collective backward (gradient allreduce) failed on rank 1 of 2 at epoch 0, global "
+                             "step 3, batch 3 (of 6)"))
+      << out1;
+  EXPECT_TRUE(contains(out1, "rank 0: finished the run at epoch 1, global step 3")) << out1;
+  EXPECT_TRUE(contains(out1, "likely cause: uneven inputs without Join")) << out1;
+  EXPECT_TRUE(contains(out0, "rank 0 of 2 finished the run, but another rank failed")) << out0;
+  EXPECT_TRUE(contains(out0, "likely cause: uneven inputs without Join")) << out0;
+}
+
+TEST(BadData, OneRanksBadBatchStopsEveryRankWithTheStepBatchAndShapes) {
+  TempDir dir;
+  const auto start = std::chrono::steady_clock::now();
+  auto r = run_faulty("bad_data", dir.path.string());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::string shapes = "data [4, 3] Float, target [4, 1] Float; the epoch's first batch had data [4, 2] Float";
+  EXPECT_EQ(r.exits[1].exit_code, 1) << r.summary();
+  EXPECT_TRUE(contains(r.outputs[1], "bad batch at epoch 0, batch 3 (global step 3, rank 1): " + shapes))
+      << r.outputs[1];
+  // Rank 0 was waiting for rank 1 in a collective: it names rank 1's error, not just a closed connection.
+  EXPECT_TRUE(r.exits[0].exit_code == 1) << r.summary();
+  EXPECT_TRUE(contains(r.outputs[0], "rank 1: failed at epoch 0, global step 3, batch 3 of 8: bad batch")) << r.outputs[0];
+  EXPECT_TRUE(contains(r.outputs[0], shapes)) << r.outputs[0];
+  EXPECT_TRUE(contains(r.outputs[0], "cause: rank 1 failed")) << r.outputs[0];
+  EXPECT_LT(seconds, 30.0);  // not the process group timeout's doing alone
+}
+
+}  // namespace
+
+// -- local spawn: signals to the launcher, a killed worker, what listens -------------------
+
+namespace {
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The local addresses of this process's listening TCP sockets (from /proc/net/tcp{,6}).
+std::vector<std::string> listening_addresses() {
+  std::set<std::string> inodes;
+  for (const auto& fd : fs::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    const std::string target = fs::read_symlink(fd.path(), ec).string();
+    if (target.rfind("socket:[", 0) == 0) inodes.insert(target.substr(8, target.size() - 9));
+  }
+  std::vector<std::string> out;
+  for (const char* table : {"/proc/self/net/tcp", "/proc/self/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      std::istringstream row(line);
+      std::string slot, local, remote, state, queues, timer, retransmits, uid, timeout, inode;
+      row >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid >> timeout >> inode;
+      if (state == "0A" && inodes.count(inode) != 0) out.push_back(local.substr(0, local.find(':')));
+    }
+  }
+  return out;
+}
+
+// Runs as the supervisor of a local spawn (devices 2, no rank variables) and
+// again in each worker: a slow fit (10 ms per step, 50 epochs) to be
+// interrupted. Each worker writes <dir>/pid<rank>; at global step 3 it writes
+// <dir>/listen<rank> (its listening addresses) and rank 0 writes <dir>/started.
+// A worker stopped by a signal writes <dir>/stopped<rank> with its global step.
+LT_TEST_WORKER(SpawnedSlowRun) {
+  const fs::path dir = lt::testing::env_str("LT_DIR");
+  struct Slow : Tiny {
+    fs::path dir;
+    torch::Tensor training_step(const lt::Batch& b, int64_t batch_idx) override {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      if (global_step() == 3 && batch_idx == 3) {
+        std::ofstream listen(dir / ("listen" + std::to_string(global_rank())));
+        for (const auto& address : listening_addresses()) listen << address << "\n";
+        listen.close();
+        if (global_rank() == 0) std::ofstream(dir / "started") << "1";
+      }
+      return Tiny::training_step(b, batch_idx);
+    }
+  };
+  torch::manual_seed(0);
+  auto model = std::make_shared<Slow>();
+  model->dir = dir;
+  if (std::getenv("RANK") != nullptr) std::ofstream(dir / ("pid" + lt::testing::env_str("RANK"))) << ::getpid();
+  auto options = lt::TrainerOptions()
+                     .strategy(std::make_shared<lt::DDPStrategy>(lt::DDPStrategyOptions()
+                                                                     .process_group_timeout(std::chrono::seconds(10))
+                                                                     .worker_log_dir((dir / "logs").string())))
+                     .devices(2)
+                     .max_epochs(50)
+                     .enable_progress_bar(false)
+                     .default_root_dir(dir.string());
+  if (lt::testing::env_str("LT_UNEVEN") == "pad") options.uneven_inputs(lt::UnevenInputs::kPad);
+  lt::Trainer trainer(options);
+  auto data = std::make_shared<lt::DataLoader>(
+      std::make_shared<lt::TensorDataset>(torch::randn({64, 2}), torch::randn({64, 1})), lt::DataLoaderOptions(4));
+  try {
+    trainer.fit(model, data);  // the supervisor launches, waits and exits here
+  } catch (const lt::Interrupted& e) {
+    std::ofstream(dir / ("stopped" + lt::testing::env_str("RANK"))) << trainer.state().global_step;
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fit failed: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
+
+// Processes (other than this one) whose environment holds `token`.
+int count_processes_with(const std::string& token) {
+  int n = 0;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos || std::stoi(name) == getpid()) continue;
+    std::ifstream in(entry.path() / "environ", std::ios::binary);
+    std::string environment((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (environment.find(token) != std::string::npos) ++n;
+  }
+  return n;
+}
+
+struct Supervised {
+  int status = -1;
+  bool exited_in_time = false;
+  std::string output;
+};
+
+// Starts SpawnedSlowRun as a supervisor, waits for <dir>/started, calls
+// `act` (which signals someone), and waits up to 40 s for the supervisor.
+Supervised supervise(const fs::path& dir, const std::string& uneven, const std::function<void(pid_t)>& act) {
+  const std::string run_id = std::to_string(getpid()) + "_" + dir.filename().string();
+  const pid_t supervisor = start_worker("SpawnedSlowRun",
+                                        {{"LT_DIR", dir.string()}, {"LT_UNEVEN", uneven}, {"LT_RUN_TOKEN", run_id}},
+                                        (dir / "supervisor.log").string());
+  const std::string token = "LT_RUN_TOKEN=" + run_id;
+  Supervised out;
+  for (int i = 0; i < 1200 && !fs::exists(dir / "started"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(fs::exists(dir / "started")) << read_file(dir / "supervisor.log");
+  act(supervisor);
+  for (int i = 0; i < 800 && !out.exited_in_time; ++i) {
+    out.exited_in_time = waitpid(supervisor, &out.status, WNOHANG) == supervisor;
+    if (!out.exited_in_time) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (!out.exited_in_time) {
+    kill(supervisor, SIGKILL);
+    waitpid(supervisor, &out.status, 0);
+  }
+  out.output = read_file(dir / "supervisor.log");
+  // The supervisor and its workers are all gone: nothing with our token remains.
+  EXPECT_EQ(count_processes_with(token), 0);
+  return out;
+}
+
+int64_t read_step(const fs::path& path) {
+  std::ifstream in(path);
+  int64_t step = -1;
+  in >> step;
+  return step;
+}
+
+class SignalToLauncher : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SignalToLauncher, EveryRankStopsAtOneStepAndRankZeroCheckpoints) {
+  TempDir dir;
+  auto r = supervise(dir.path, GetParam(), [](pid_t supervisor) { kill(supervisor, SIGTERM); });
+  ASSERT_TRUE(r.exited_in_time) << r.output;
+  EXPECT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << r.output;
+  const int64_t step0 = read_step(dir.path / "stopped0"), step1 = read_step(dir.path / "stopped1");
+  EXPECT_GT(step0, 3) << r.output;
+  EXPECT_EQ(step0, step1) << "the ranks stopped at different steps";
+  auto ckpt = lt::pickle_load_file((dir.path / "interrupted.ckpt").string()).toGenericDict();
+  EXPECT_EQ(ckpt.at("global_step").toInt(), step0);
+  // A local spawn listens on loopback only, if at all (gloo connects its
+  // pairs during rendezvous; the store is a file in a private directory). A
+  // TCPStore would show here as a listener on 00000000 (every interface).
+  for (const char* name : {"listen0", "listen1"}) {
+    ASSERT_TRUE(fs::exists(dir.path / name)) << name;
+    std::istringstream lines(read_file(dir.path / name));
+    std::string address;
+    while (lines >> address) {
+      EXPECT_TRUE(address == "0100007F" || address == "00000000000000000000000001000000")
+          << name << ": a socket listens on " << address << " (hex), not on 127.0.0.1";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(UnevenInputs, SignalToLauncher, ::testing::Values("join", "pad"));
+
+TEST(RankDeath, SigkillOfAWorkerEndsEveryProcessNamingTheRank) {
+  TempDir dir;
+  const auto start = std::chrono::steady_clock::now();
+  double killed_at = 0;
+  auto r = supervise(dir.path, "join", [&](pid_t) {
+    kill(static_cast<pid_t>(read_step(dir.path / "pid1")), SIGKILL);
+    killed_at = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  });
+  const double ended_at = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(r.exited_in_time) << r.output;
+  EXPECT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 128 + SIGKILL) << r.output;
+  EXPECT_TRUE(contains(r.output, "rank 1 of 2 was killed by signal 9")) << r.output;
+  // Rank 0 reports rank 1 missing from its collective, well within the 10 s timeout.
+  const std::string log0 = read_file(dir.path / "logs" / "rank0.log");
+  EXPECT_TRUE(contains(log0, "rank 1: did not check in")) << log0;
+  EXPECT_TRUE(contains(log0, "ranks that did not arrive: 1")) << log0;
+  EXPECT_LT(ended_at - killed_at, 10.0);
 }
 
 }  // namespace

@@ -132,20 +132,26 @@ void Trainer::fit(const std::shared_ptr<LightningModule>& module, std::shared_pt
     fit_loop_->run(ctx, *train, val.get());
     run->hooks.call(&Callback::on_fit_end);
     module->on_fit_end();
-  } catch (const std::exception& e) {
-    run->hooks.call(&Callback::on_exception, e);
-    const bool interrupted = dynamic_cast<const Interrupted*>(&e) != nullptr;
-    if (interrupted) {
-      // Every rank left the loop at the same step boundary, so the
-      // checkpoint's collectives (barrier) are safe here.
-      std::filesystem::create_directories(options_.default_root_dir());
-      save_checkpoint((std::filesystem::path(options_.default_root_dir()) / "interrupted.ckpt").string());
+    strategy_->on_train_end();
+  } catch (const std::exception& caught) {
+    // The strategy may replace a collective's failure with a report of every rank's part.
+    try {
+      std::rethrow_exception(strategy_->on_exception(caught));
+    } catch (const std::exception& e) {
+      run->hooks.call(&Callback::on_exception, e);
+      const bool interrupted = dynamic_cast<const Interrupted*>(&e) != nullptr;
+      if (interrupted) {
+        // Every rank left the loop at the same step boundary, so the
+        // checkpoint's collectives (barrier) are safe here.
+        std::filesystem::create_directories(options_.default_root_dir());
+        save_checkpoint((std::filesystem::path(options_.default_root_dir()) / "interrupted.ckpt").string());
+      }
+      if (ctx.logger != nullptr) ctx.logger->finalize(interrupted ? "interrupted" : "failed");
+      strategy_->teardown();
+      module_->detach();
+      module_ = nullptr;
+      throw;
     }
-    if (ctx.logger != nullptr) ctx.logger->finalize(interrupted ? "interrupted" : "failed");
-    strategy_->teardown();
-    module_->detach();
-    module_ = nullptr;
-    throw;
   }
   end(*run);
 }

@@ -14,6 +14,10 @@ class LocalEnvironment : public ClusterEnvironment {
  public:
   // Set to "1" in the environment of the workers of a local spawn.
   static constexpr const char* kWorkerVar = "LT_LOCAL_SPAWN";
+  // The c10d FileStore the workers rendezvous through: a file in a private
+  // (0700) directory the supervisor creates and removes, so nothing but
+  // gloo's loopback pairs listens on a socket.
+  static constexpr const char* kStoreVar = "LT_LOCAL_STORE";
   static bool detect_worker();
 
   LocalEnvironment();

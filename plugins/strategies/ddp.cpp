@@ -7,10 +7,14 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -32,6 +36,7 @@
 #include "plugins/strategies/ddp_join.h"
 #include "trainer/check.h"
 #include "trainer/lightning_module.h"
+#include "trainer/run_state.h"
 
 namespace lt {
 
@@ -109,14 +114,21 @@ class NoSyncBatchGuard : public BatchGuard {
 // runs the same iterations, so each issues the same collectives.
 class NoSyncEpochContext : public TrainingEpochContext {
  public:
-  NoSyncEpochContext(EpochPlan plan, DistributedDataParallel& ddp) : TrainingEpochContext(plan), ddp_(ddp) {}
+  NoSyncEpochContext(EpochPlan plan, DDPStrategy& strategy, const RunState* state)
+      : TrainingEpochContext(plan), strategy_(strategy), ddp_(*strategy.ddp()), state_(state) {}
   std::unique_ptr<BatchGuard> batch(int64_t /*iteration*/, bool sync_gradients) override {
     if (sync_gradients) return nullptr;
     return std::make_unique<NoSyncBatchGuard>(ddp_);
   }
+  // The ranks run in lockstep: they agree through the store on the step to stop at.
+  bool stop_requested(bool local) override {
+    return strategy_.agree_stop(local, state_ != nullptr ? state_->global_step : 0, /*lockstep=*/true, /*sync=*/true);
+  }
 
  private:
+  DDPStrategy& strategy_;
   DistributedDataParallel& ddp_;
+  const RunState* state_;
 };
 
 }  // namespace
@@ -156,6 +168,7 @@ std::string DDPStrategy::resolve_backend(const TrainerOptions& options) const {
 
 void DDPStrategy::setup_environment(const TrainerOptions& options) {
   uneven_inputs_ = options.uneven_inputs();
+  join_enable_ = options.join_enable();
   if (process_group_) return;  // fit, then validate/test: one process group per process
   LT_CHECK_VALUE(options.devices() >= 1, "strategy ddp: devices must be >= 1, got ", options.devices());
   LT_CHECK_VALUE(options.num_nodes() >= 1, "strategy ddp: num_nodes must be >= 1, got ", options.num_nodes());
@@ -192,6 +205,9 @@ void DDPStrategy::launch_local_workers(int64_t num_processes) {
   install_forwarding_signal_handlers();
   const int port = find_free_port();
   const std::vector<std::string> argv = self_argv();
+  std::string store_dir = (std::filesystem::temp_directory_path() / "lightning-cpp-XXXXXX").string();
+  LT_CHECK(::mkdtemp(store_dir.data()) != nullptr, "strategy ddp: cannot create a directory for the local store in ",
+           std::filesystem::temp_directory_path().string(), ": ", std::strerror(errno));
   if (!options_.worker_log_dir().empty()) std::filesystem::create_directories(options_.worker_log_dir());
   std::vector<WorkerSpec> workers;
   for (int64_t rank = 0; rank < num_processes; ++rank) {
@@ -204,19 +220,22 @@ void DDPStrategy::launch_local_workers(int64_t num_processes) {
                 {"LOCAL_WORLD_SIZE", std::to_string(num_processes)},
                 {"NODE_RANK", "0"},
                 {"MASTER_ADDR", "127.0.0.1"},
-                {"MASTER_PORT", std::to_string(port)}};
+                {"MASTER_PORT", std::to_string(port)},
+                {LocalEnvironment::kStoreVar, store_dir + "/store"}};
     if (!options_.worker_log_dir().empty()) {
       spec.output_path = (std::filesystem::path(options_.worker_log_dir()) / ("rank" + std::to_string(rank) + ".log"))
                              .string();
     }
     workers.push_back(std::move(spec));
   }
-  std::fprintf(stderr, "lightning-cpp: strategy ddp: launching %lld worker processes on 127.0.0.1:%d\n",
-               static_cast<long long>(num_processes), port);
+  std::fprintf(stderr, "lightning-cpp: strategy ddp: launching %lld worker processes (store %s/store, gloo on 127.0.0.1)\n",
+               static_cast<long long>(num_processes), store_dir.c_str());
   std::fflush(stderr);
   LaunchOptions launch;
   launch.timeout = options_.launch_timeout();
   const std::vector<WorkerExit> exits = launch_and_wait(workers, launch);
+  std::error_code ignored;
+  std::filesystem::remove_all(store_dir, ignored);
 
   // The root cause: the first worker that failed by itself (not one the
   // launcher terminated after it).
@@ -241,8 +260,12 @@ void DDPStrategy::init_process_group(const std::string& backend) {
   const std::chrono::milliseconds timeout = options_.process_group_timeout();
   const int index = g_process_group_count.fetch_add(1);
   c10::intrusive_ptr<c10d::Store> base;
+  const auto local_store = env::get(LocalEnvironment::kStoreVar);
   if (world_size_ == 1) {
     base = c10::make_intrusive<c10d::HashStore>();
+  } else if (environment_->name() == "local" && local_store) {
+    base = c10::make_intrusive<c10d::FileStore>(*local_store, -1);  // -1: the supervisor removes it
+    base->setTimeout(timeout);
   } else {
     c10d::TCPStoreOptions store_options;
     store_options.port = static_cast<std::uint16_t>(environment_->main_port());
@@ -268,6 +291,14 @@ void DDPStrategy::init_process_group(const std::string& backend) {
                                                                  static_cast<int>(world_size_), nccl_options);
 #endif
   }
+  if (world_size_ > 1) {
+    // A peer that died makes gloo's next send hit a closed socket: let that
+    // be an EPIPE error the watchdog reports, not a SIGPIPE that kills this
+    // rank silently (Python, and so PyTorch's DDP, ignores SIGPIPE too).
+    std::signal(SIGPIPE, SIG_IGN);
+    watchdog_ = std::make_unique<CollectiveWatchdog>(store_, rank_, world_size_,
+                                                     CollectiveWatchdogOptions().timeout(timeout));
+  }
   rank_zero_info("lightning-cpp: strategy ddp: ", backend, " process group of ", world_size_, " rank",
                  world_size_ == 1 ? "" : "s", " (", environment_->name(), ", rendezvous ",
                  environment_->main_address(), ":", environment_->main_port(), ", timeout ",
@@ -276,6 +307,7 @@ void DDPStrategy::init_process_group(const std::string& backend) {
 
 void DDPStrategy::setup(LightningModule& module) {
   LT_CHECK(process_group_, "strategy ddp: setup() before setup_environment()");
+  if (watchdog_) watchdog_->begin_run(module.runtime().state, uneven_inputs_ == UnevenInputs::kJoin && join_enable_);
   Strategy::setup(module);
   bool trainable = false;
   for (const auto& p : module.parameters()) trainable = trainable || p.requires_grad();
@@ -290,6 +322,7 @@ void DDPStrategy::setup(LightningModule& module) {
     // Not owned by a shared_ptr: the Trainer keeps it alive for the run.
     holder = std::shared_ptr<torch::nn::Module>(std::shared_ptr<torch::nn::Module>(), &module);
   }
+  auto scope = watch("broadcast of the initial parameters (DDP setup)");
   ddp_ = std::make_unique<DistributedDataParallel>(holder, process_group_,
                                                    DistributedDataParallelOptions()
                                                        .bucket_cap_mb(options_.bucket_cap_mb())
@@ -298,7 +331,24 @@ void DDPStrategy::setup(LightningModule& module) {
                                                        .broadcast_buffers(options_.broadcast_buffers()));
 }
 
-void DDPStrategy::teardown() { ddp_.reset(); }
+void DDPStrategy::teardown() {
+  ddp_.reset();
+  if (watchdog_) watchdog_->end_run();
+}
+
+void DDPStrategy::on_train_end() {
+  if (watchdog_) watchdog_->finish();
+}
+
+std::exception_ptr DDPStrategy::on_exception(const std::exception& e) {
+  if (watchdog_) return watchdog_->on_exception(e);
+  return std::current_exception();
+}
+
+bool DDPStrategy::agree_stop(bool local, int64_t step, bool lockstep, bool sync) {
+  if (!watchdog_) return local;
+  return watchdog_->agree_stop(local, step, lockstep, sync);
+}
 
 void DDPStrategy::process_dataloader(DataLoader& loader, Stage stage, const TrainerOptions& options) {
   if (!process_group_) return;
@@ -360,16 +410,22 @@ void DDPStrategy::check_even_batches(int64_t local_batches) {
 
 torch::Tensor DDPStrategy::training_step(LightningModule& module, const Batch& batch, int64_t batch_idx) {
   if (!ddp_) return Strategy::training_step(module, batch, batch_idx);
-  ddp_->pre_forward();
+  {
+    auto scope = watch("DDP forward collectives (Join heartbeat, buffer broadcast)");
+    ddp_->pre_forward();
+  }
   torch::Tensor out = module.training_step(batch, batch_idx);
   // Manual optimization calls manual_backward inside training_step, before
   // this point: backward() arms the Reducer then, as Lightning does.
+  auto scope = watch("DDP forward collectives (Join grad-sync flag)");
   ddp_->post_forward({out}, /*prepare_for_backward=*/module.automatic_optimization());
   return out;
 }
 
 void DDPStrategy::backward(const torch::Tensor& loss, LightningModule& module) {
   if (ddp_ && !module.automatic_optimization()) ddp_->prepare_for_backward({loss});
+  auto scope = ddp_ && ddp_->require_backward_grad_sync() ? watch("backward (gradient allreduce)")
+                                                          : CollectiveWatchdog::Scope();
   loss.backward();
 }
 
@@ -378,9 +434,10 @@ void DDPStrategy::optimizer_step(torch::optim::Optimizer& optimizer) {
   if (ddp_) ddp_->detach_gradient_views();  // before the loop's zero_grad()
 }
 
-std::unique_ptr<TrainingEpochContext> DDPStrategy::no_sync_epoch_context(const EpochPlan& plan) {
+std::unique_ptr<TrainingEpochContext> DDPStrategy::no_sync_epoch_context(LightningModule& module,
+                                                                         const EpochPlan& plan) {
   LT_CHECK(ddp_ != nullptr, "strategy ddp: no module is wrapped (setup() not called or no trainable parameters)");
-  return std::make_unique<NoSyncEpochContext>(plan, *ddp_);
+  return std::make_unique<NoSyncEpochContext>(plan, *this, module.runtime().state);
 }
 
 std::unique_ptr<TrainingEpochContext> DDPStrategy::join_epoch_context(LightningModule& module,
@@ -398,7 +455,7 @@ std::unique_ptr<TrainingEpochContext> DDPStrategy::training_epoch_context(Lightn
                                                                           const EpochPlan& plan) {
   if (!ddp_) return Strategy::training_epoch_context(module, plan);
   if (uneven_inputs_ == UnevenInputs::kJoin) return join_epoch_context(module, plan);
-  return no_sync_epoch_context(plan);
+  return no_sync_epoch_context(module, plan);
 }
 
 // -- collectives ------------------------------------------------------------------
@@ -411,6 +468,7 @@ torch::Tensor DDPStrategy::reduce(const torch::Tensor& tensor, ReduceOp op) {
   opts.reduceOp = op == ReduceOp::kMin ? c10d::ReduceOp::MIN : op == ReduceOp::kMax ? c10d::ReduceOp::MAX
                                                                                      : c10d::ReduceOp::SUM;
   std::vector<torch::Tensor> tensors{t};
+  auto scope = watch("allreduce (strategy reduce)");
   process_group_->allreduce(tensors, opts)->wait();
   if (op == ReduceOp::kMean) t.div_(static_cast<double>(world_size_));
   return t.to(tensor.device());
@@ -428,6 +486,7 @@ torch::Tensor DDPStrategy::all_gather(const torch::Tensor& tensor) {
   std::vector<std::vector<torch::Tensor>> shapes_out(1);
   for (int64_t r = 0; r < world_size_; ++r) shapes_out[0].push_back(torch::empty_like(shape));
   std::vector<torch::Tensor> shape_in{shape};
+  auto scope = watch("allgather (strategy all_gather)");
   process_group_->allgather(shapes_out, shape_in)->wait();
   for (int64_t r = 0; r < world_size_; ++r) {
     LT_CHECK(shapes_out[0][r][0].item<int64_t>() >= 0 && shapes_out[0][r].equal(shape),
@@ -449,12 +508,14 @@ torch::Tensor DDPStrategy::broadcast(const torch::Tensor& tensor, int64_t src) {
   c10d::BroadcastOptions opts;
   opts.rootRank = src;
   std::vector<torch::Tensor> tensors{t};
+  auto scope = watch("broadcast (strategy broadcast)");
   process_group_->broadcast(tensors, opts)->wait();
   return t.to(tensor.device());
 }
 
 void DDPStrategy::barrier(const std::string& /*name*/) {
   if (!process_group_) return;
+  auto scope = watch("barrier");
   process_group_->barrier()->wait();
 }
 

@@ -12,7 +12,7 @@
 //   - none of these and devices > 1: a local spawn. The process that calls
 //     fit/validate/test/predict becomes a pure supervisor: it re-executes
 //     its own command line (self_argv) devices times with LT_LOCAL_SPAWN=1,
-//     RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1
+//     RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, LT_LOCAL_STORE, MASTER_ADDR=127.0.0.1
 //     and MASTER_PORT=<free port>, waits for them, and then ENDS THE PROCESS
 //     with std::exit: 0 when every worker succeeded, else (after a message
 //     naming the failed rank on stderr) that rank's exit code, 128 + the
@@ -21,9 +21,13 @@
 //     The workers run main() again from the start, so everything before
 //     fit runs on every rank, and everything after it only in the workers.
 //   - devices == 1 with none of these: a process group of one (single rank).
-// Rank 0 hosts the c10d::TCPStore at MASTER_ADDR:MASTER_PORT (LibTorch 1.13
-// listens on every interface; a local spawn's workers connect to 127.0.0.1);
-// every rank creates the process group with process_group_timeout.
+// The store: a local spawn's workers share a c10d::FileStore in a private
+// (0700) directory the supervisor creates and removes, so they listen on no
+// socket but gloo's on 127.0.0.1 (LibTorch 1.13's TCPStore can only listen
+// on every interface). Otherwise rank 0 hosts the c10d::TCPStore at
+// MASTER_ADDR:MASTER_PORT. Every rank creates the process group with
+// process_group_timeout, and a CollectiveWatchdog (collective_watchdog.h)
+// that turns a failure on any rank into a report on every rank.
 // Backends: gloo (CPU tensors; the default on CPU), nccl (only in builds
 // with LibTorch's CUDA and the NCCL headers; the default with accelerator
 // cuda); asking for nccl without it is an lt::Error.
@@ -53,6 +57,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "plugins/environments/cluster_environment.h"
+#include "plugins/strategies/collective_watchdog.h"
 #include "plugins/strategies/distributed_data_parallel.h"
 #include "plugins/strategies/strategy.h"
 #include "trainer/trainer_options.h"
@@ -93,6 +98,11 @@ class DDPStrategy : public Strategy {
   void setup(LightningModule& module) override;
   // Drops the DDP wrapper; keeps the process group for a later validate/test.
   void teardown() override;
+  // Waits for every rank at the end of a fit (a store barrier): a rank that
+  // ran out of batches waits here, and a peer's failure or hang is reported.
+  void on_train_end() override;
+  // Every rank's part in the failure (plugins/strategies/collective_watchdog.h).
+  std::exception_ptr on_exception(const std::exception& e) override;
   torch::Device root_device() const override { return device_; }
   int64_t global_rank() const override { return rank_; }
   // Before setup_environment: what the environment says (Trainer::fit runs
@@ -126,8 +136,12 @@ class DDPStrategy : public Strategy {
   DistributedDataParallel* ddp() const { return ddp_.get(); }
   const ClusterEnvironment* cluster_environment() const { return environment_.get(); }
   UnevenInputs uneven_inputs() const { return uneven_inputs_; }
+  // Marks a collective as running on this rank, for the failure report (inert with one rank).
+  CollectiveWatchdog::Scope watch(const char* collective) { return CollectiveWatchdog::Scope(watchdog_.get(), collective); }
+  // Whether every rank stops at this boundary (see TrainingEpochContext::stop_requested).
+  bool agree_stop(bool local, int64_t step, bool lockstep, bool sync);
   // The epoch context used when uneven_inputs is not kJoin: no_sync on accumulation micro-batches.
-  std::unique_ptr<TrainingEpochContext> no_sync_epoch_context(const EpochPlan& plan);
+  std::unique_ptr<TrainingEpochContext> no_sync_epoch_context(LightningModule& module, const EpochPlan& plan);
 
  protected:
   // uneven_inputs == kJoin. THE ONE PLACE the Join context plugs in: it
@@ -146,7 +160,9 @@ class DDPStrategy : public Strategy {
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::ProcessGroup> process_group_;
   std::unique_ptr<DistributedDataParallel> ddp_;
+  std::unique_ptr<CollectiveWatchdog> watchdog_;  // world size > 1
   UnevenInputs uneven_inputs_ = UnevenInputs::kJoin;
+  bool join_enable_ = true;
   torch::Device device_{torch::kCPU};
   int64_t rank_ = 0;
   int64_t local_rank_ = 0;

@@ -53,6 +53,7 @@ class DDPJoinEpochContext : public TrainingEpochContext {
     if (iteration >= plan().num_batches) {
       // A padding micro-batch has no training_step: run DDP's forward
       // sequence here so that its collectives match the other ranks'.
+      auto scope = strategy_.watch("DDP forward collectives (Join heartbeat, padding micro-batch)");
       ddp_.pre_forward();
       ddp_.post_forward({zero_loss(module_, ddp_.device())});
     }
@@ -60,11 +61,25 @@ class DDPJoinEpochContext : public TrainingEpochContext {
   }
 
   void end_batch(int64_t iteration) override {
-    if (logging_ && settings_.enable) logging_->flush(/*padding=*/iteration >= plan().num_batches);
+    if (!logging_ || !settings_.enable) return;
+    auto scope = strategy_.watch("sync_dist logging allreduce (Join)");
+    logging_->flush(/*padding=*/iteration >= plan().num_batches);
+  }
+
+  // A rank may leave at once (Join shadows it); the others learn of the stop
+  // from the watchdog thread, and from the store itself after finish().
+  bool stop_requested(bool local) override {
+    const RunState* state = module_.runtime().state;
+    return strategy_.agree_stop(local, state != nullptr ? state->global_step : 0, /*lockstep=*/!settings_.enable,
+                                /*sync=*/finished_ || !settings_.enable);
   }
 
   void finish() override {
-    join_->join();
+    finished_ = true;
+    {
+      auto scope = strategy_.watch("Join (shadowing the ranks still training, final broadcast)");
+      join_->join();
+    }
     if (!settings_.enable) return;
     // Ranks that joined early took fewer optimizer steps; they now hold the
     // last joiner's model, so they take its step count too.
@@ -95,6 +110,7 @@ class DDPJoinEpochContext : public TrainingEpochContext {
   JoinSettings settings_;
   std::unique_ptr<LoggingJoinable> logging_;
   std::unique_ptr<Join> join_;
+  bool finished_ = false;
 };
 
 }  // namespace

@@ -4,6 +4,7 @@
 // touch c10d themselves.
 
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,8 +52,9 @@ class TrainingEpochContext {
   // the micro-batch's sync_dist logging reduction).
   virtual void end_batch(int64_t /*iteration*/) {}
   // Whether every rank stops at this optimizer-step boundary, given this
-  // rank's wish. A strategy whose ranks must stay in lockstep reduces it
-  // across ranks; under Join a rank may simply leave early.
+  // rank's wish (a signal); asked at each boundary and once more after
+  // finish(). A strategy whose ranks must stay in lockstep agrees on the
+  // step across ranks; under Join a rank may simply leave early.
   virtual bool stop_requested(bool local) { return local; }
   // After the last iteration, before epoch-end validation and hooks. May run
   // collectives (Join: shadow the ranks still training, then post hooks).
@@ -83,6 +85,12 @@ class Strategy {
   // Moves the module to root_device() and wraps it (DDP).
   virtual void setup(LightningModule& module);
   virtual void teardown() {}
+  // The end of a successful fit, on every rank (DDP: waits for the others).
+  virtual void on_train_end() {}
+  // The run failed with `e` (called from the Trainer's catch block). Returns
+  // what the run ends with: the original (std::current_exception()) or a
+  // report of every rank's part in it (DDP).
+  virtual std::exception_ptr on_exception(const std::exception& /*e*/) { return std::current_exception(); }
   virtual torch::Device root_device() const { return torch::kCPU; }
   virtual int64_t global_rank() const { return 0; }
   virtual int64_t local_rank() const { return 0; }
