@@ -324,6 +324,7 @@ TEST(Watchdog, AHungRankIsNamedByEveryRankAndAllExitNonZero) {
   EXPECT_TRUE(contains(out1, "rank 1 of 2 stops: another rank failed while this rank was busy in its own code"))
       << out1;
   EXPECT_TRUE(contains(out1, "rank 0: failed at epoch 0, global step 2, batch 2 of 8: in backward")) << out1;
+  EXPECT_TRUE(contains(out1, "ranks that did not arrive: 1")) << out1;
   EXPECT_LT(seconds, 30.0);  // the 3 s timeout, the 2 s check-in, start-up; not the 60 s sleep
 }
 

@@ -43,7 +43,8 @@ std::string message(const std::exception& e) {
 // A status line is "<kind> <epoch> <step> <batch> <batches>|<text>"; kinds:
 constexpr const char* kInCollective = "collective";
 constexpr const char* kOwnCode = "own_code";
-constexpr const char* kFailed = "failed";
+constexpr const char* kFailed = "failed";                            // its own error
+constexpr const char* kFailedInCollective = "failed_in_collective";  // it was in the collective
 constexpr const char* kFinished = "finished";
 
 struct Status {
@@ -134,14 +135,14 @@ CollectiveWatchdog::Position CollectiveWatchdog::position() {
   return Position{epoch_.load(), step_.load(), batch_.load(), batches_.load()};
 }
 
-std::string CollectiveWatchdog::status_line(const char* failure) {
+std::string CollectiveWatchdog::status_line(const char* failure, bool in_collective) {
   const Position p = position();
   const std::string where = c10::str("epoch ", p.epoch, ", global step ", p.step, ", batch ", p.batch, " of ", p.batches);
   const char* current = current_.load();
   const char* last = last_.load();
   std::string kind, text;
   if (failure != nullptr) {
-    kind = kFailed;
+    kind = in_collective ? kFailedInCollective : kFailed;
     text = c10::str("failed at ", where, ": ", failure);
   } else if (current != nullptr) {
     kind = kInCollective;
@@ -207,9 +208,8 @@ std::string CollectiveWatchdog::report(const std::string& headline,
       os << s.text;
     }
     if (s.kind == kFinished) finished.push_back(r);
-    if (r == rank_) continue;
-    if (s.present && s.kind == kFailed) failed.push_back(r);
-    if (!s.present || s.kind != kInCollective) elsewhere.push_back(r);
+    if (!s.present || (s.kind != kInCollective && s.kind != kFailedInCollective)) elsewhere.push_back(r);
+    if (r != rank_ && s.kind == kFailed) failed.push_back(r);
   }
   auto list = [](const std::vector<int64_t>& ranks) {
     std::string out;
@@ -249,7 +249,7 @@ std::exception_ptr CollectiveWatchdog::on_exception(const std::exception& e) {
   const bool collective = !failed_in_.empty() && dynamic_cast<const Error*>(&e) == nullptr;
   const std::string what = message(e);
   const std::string failure = collective ? c10::str("in ", failed_in_, ": ", what) : what;
-  publish(status_line(failure.c_str()));
+  publish(status_line(failure.c_str(), collective));
   try {
     store_->add(key("failed"), 1);
   } catch (const std::exception&) {

@@ -125,8 +125,8 @@ class CollectiveWatchdog {
   };
   Position position();  // the main thread refreshes it from the run state
   std::string key(const std::string& name) const;
-  // This rank's status line; `failure`: this rank failed with it.
-  std::string status_line(const char* failure = nullptr);
+  // This rank's status line; `failure`: this rank failed with it (`in_collective`: in a collective).
+  std::string status_line(const char* failure = nullptr, bool in_collective = false);
   // Writes this rank's status (`unless_published`: keeps one already written this run).
   void publish(const std::string& status, bool unless_published = false);
   // Every rank's status (read now, merged with what the thread cached).
