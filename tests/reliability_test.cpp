@@ -351,7 +351,7 @@ TEST(BadData, OneRanksBadBatchStopsEveryRankWithTheStepBatchAndShapes) {
   auto r = run_faulty("bad_data", dir.path.string());
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const std::string shapes = "data [4, 3] Float, target [4, 1] Float; the epoch's first batch had data [4, 2] Float";
-  EXPECT_EQ(r.exits[1].exit_code, 1) << r.summary();
+  EXPECT_TRUE(r.exits[1].exit_code == 1 || r.exits[1].terminated) << r.summary();
   EXPECT_TRUE(contains(r.outputs[1], "bad batch at epoch 0, batch 3 (global step 3, rank 1): " + shapes))
       << r.outputs[1];
   // Rank 0 was waiting for rank 1 in a collective: it names rank 1's error, not just a closed connection.

@@ -262,6 +262,13 @@ std::exception_ptr CollectiveWatchdog::on_exception(const std::exception& e) {
   end_run();
   handling_ = false;
   if (!collective) return original;
+  bool peer_failed_first = false;
+  for (const auto& [r, line] : all) peer_failed_first = peer_failed_first || (r != rank_ && parse(all, r).kind == kFailed);
+  if (peer_failed_first) {
+    // Let the rank whose own error caused this exit first, so that a
+    // launcher (which names the first worker to fail) names that rank.
+    std::this_thread::sleep_for(options_.report_wait() / 4);
+  }
   return std::make_exception_ptr(CollectiveError(
       report(c10::str("collective ", failed_in_, " failed on rank ", rank_, " of ", world_size_, " at epoch ", p.epoch,
                       ", global step ", p.step, ", batch ", p.batch, " (of ", p.batches, ") after the process ",
