@@ -228,7 +228,7 @@ void DDPStrategy::launch_local_workers(int64_t num_processes) {
     }
     workers.push_back(std::move(spec));
   }
-  std::fprintf(stderr, "lightning-cpp: strategy ddp: launching %lld worker processes (store %s/store, gloo on 127.0.0.1)\n",
+  std::fprintf(stderr, "lightning-cpp: strategy ddp: launching %lld worker processes (store %s/store)\n",
                static_cast<long long>(num_processes), store_dir.c_str());
   std::fflush(stderr);
   LaunchOptions launch;
@@ -261,11 +261,13 @@ void DDPStrategy::init_process_group(const std::string& backend) {
   const int index = g_process_group_count.fetch_add(1);
   c10::intrusive_ptr<c10d::Store> base;
   const auto local_store = env::get(LocalEnvironment::kStoreVar);
+  std::string rendezvous = c10::str(environment_->main_address(), ":", environment_->main_port());
   if (world_size_ == 1) {
     base = c10::make_intrusive<c10d::HashStore>();
   } else if (environment_->name() == "local" && local_store) {
     base = c10::make_intrusive<c10d::FileStore>(*local_store, -1);  // -1: the supervisor removes it
     base->setTimeout(timeout);
+    rendezvous = *local_store;
   } else {
     c10d::TCPStoreOptions store_options;
     store_options.port = static_cast<std::uint16_t>(environment_->main_port());
@@ -300,8 +302,7 @@ void DDPStrategy::init_process_group(const std::string& backend) {
                                                      CollectiveWatchdogOptions().timeout(timeout));
   }
   rank_zero_info("lightning-cpp: strategy ddp: ", backend, " process group of ", world_size_, " rank",
-                 world_size_ == 1 ? "" : "s", " (", environment_->name(), ", rendezvous ",
-                 environment_->main_address(), ":", environment_->main_port(), ", timeout ",
+                 world_size_ == 1 ? "" : "s", " (", environment_->name(), ", rendezvous ", rendezvous, ", timeout ",
                  timeout.count() / 1000.0, " s)");
 }
 
