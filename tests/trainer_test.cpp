@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "callbacks/lambda_callback.h"
 #include "tests/support/seeding.h"
 #include "trainer/check.h"
 #include "trainer/trainer.h"
@@ -429,6 +430,28 @@ TEST_F(TrainerTest, NonFiniteGradientsAreSkippedOnRequest) {
               std::string::npos)
         << e.what();
   }
+}
+
+TEST_F(TrainerTest, AFailedValidateCallsOnExceptionAndLeavesTheTrainerUsable) {
+  class FailingValidation : public Regressor {
+   public:
+    bool fail = true;
+    void validation_step(const Batch& batch, int64_t batch_idx) override {
+      if (fail && batch_idx == 1) throw std::runtime_error("validation exploded");
+      Regressor::validation_step(batch, batch_idx);
+    }
+  };
+  std::string seen;
+  auto callback = std::make_shared<lt::LambdaCallback>();
+  callback->on_exception_fn = [&](lt::Trainer&, lt::LightningModule&, const std::exception& e) { seen = e.what(); };
+  lt::Trainer trainer(lt::TrainerOptions().callbacks({callback}));
+  auto model = std::make_shared<FailingValidation>();
+  auto val = loader(regression_data(12), 4);
+  EXPECT_THROW(trainer.validate(model, val), std::runtime_error);
+  EXPECT_EQ(seen, "validation exploded");
+  EXPECT_EQ(trainer.state().stage, lt::Stage::kNone);
+  model->fail = false;
+  EXPECT_EQ(trainer.validate(model, val).count("val_loss"), 1u);
 }
 
 TEST_F(TrainerTest, BadBatchNamesBothShapes) {

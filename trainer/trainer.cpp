@@ -134,26 +134,31 @@ void Trainer::fit(const std::shared_ptr<LightningModule>& module, std::shared_pt
     module->on_fit_end();
     strategy_->on_train_end();
   } catch (const std::exception& caught) {
-    // The strategy may replace a collective's failure with a report of every rank's part.
-    try {
-      std::rethrow_exception(strategy_->on_exception(caught));
-    } catch (const std::exception& e) {
-      run->hooks.call(&Callback::on_exception, e);
-      const bool interrupted = dynamic_cast<const Interrupted*>(&e) != nullptr;
-      if (interrupted) {
-        // Every rank left the loop at the same step boundary, so the
-        // checkpoint's collectives (barrier) are safe here.
-        std::filesystem::create_directories(options_.default_root_dir());
-        save_checkpoint((std::filesystem::path(options_.default_root_dir()) / "interrupted.ckpt").string());
-      }
-      if (ctx.logger != nullptr) ctx.logger->finalize(interrupted ? "interrupted" : "failed");
-      strategy_->teardown();
-      module_->detach();
-      module_ = nullptr;
-      throw;
-    }
+    fail(*run, caught);
   }
   end(*run);
+}
+
+void Trainer::fail(Run& run, const std::exception& caught) {
+  // The strategy may replace a collective's failure with a report of every rank's part.
+  try {
+    std::rethrow_exception(strategy_->on_exception(caught));
+  } catch (const std::exception& e) {
+    run.hooks.call(&Callback::on_exception, e);
+    const bool interrupted = dynamic_cast<const Interrupted*>(&e) != nullptr;
+    if (interrupted && run.stage == Stage::kTrain) {
+      // Every rank left the loop at the same step boundary, so the
+      // checkpoint's collectives (barrier) are safe here.
+      std::filesystem::create_directories(options_.default_root_dir());
+      save_checkpoint((std::filesystem::path(options_.default_root_dir()) / "interrupted.ckpt").string());
+    }
+    if (run.ctx.logger != nullptr) run.ctx.logger->finalize(interrupted ? "interrupted" : "failed");
+    strategy_->teardown();
+    module_->detach();
+    module_ = nullptr;
+    state_.stage = Stage::kNone;
+    throw;
+  }
 }
 
 std::map<std::string, double> Trainer::evaluate(const std::shared_ptr<LightningModule>& module,
@@ -163,7 +168,12 @@ std::map<std::string, double> Trainer::evaluate(const std::shared_ptr<LightningM
   auto run = begin(module, stage);
   prepare_loader(loader, stage);
   const FractionOrCount& limit = stage == Stage::kTest ? options_.limit_test_batches() : options_.limit_val_batches();
-  auto metrics = evaluation_loop_->run(run->ctx, *loader, stage, limit.apply(loader->size()));
+  std::map<std::string, double> metrics;
+  try {
+    metrics = evaluation_loop_->run(run->ctx, *loader, stage, limit.apply(loader->size()));
+  } catch (const std::exception& caught) {
+    fail(*run, caught);
+  }
   end(*run);
   return metrics;
 }
@@ -204,7 +214,12 @@ std::vector<torch::Tensor> Trainer::predict(const std::shared_ptr<LightningModul
   LT_CHECK(loader != nullptr, "Trainer::predict: no data (the predict dataloader is null)");
   auto run = begin(module, Stage::kPredict);
   prepare_loader(loader, Stage::kPredict);
-  auto out = prediction_loop_->run(run->ctx, *loader, options_.limit_predict_batches().apply(loader->size()));
+  std::vector<torch::Tensor> out;
+  try {
+    out = prediction_loop_->run(run->ctx, *loader, options_.limit_predict_batches().apply(loader->size()));
+  } catch (const std::exception& caught) {
+    fail(*run, caught);
+  }
   end(*run);
   return out;
 }

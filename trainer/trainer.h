@@ -86,6 +86,10 @@ class Trainer {
   // Common set-up of fit/validate/test/predict; returns the run's loop context parts.
   std::unique_ptr<Run> begin(const std::shared_ptr<LightningModule>& module, Stage stage);
   void end(Run& run);
+  // In the catch block of a failed run: the strategy's report of every
+  // rank's part, on_exception, the interrupted checkpoint (fit), the
+  // logger's "failed"/"interrupted", teardown; then throws what the run ends with.
+  [[noreturn]] void fail(Run& run, const std::exception& caught);
   std::shared_ptr<DataLoader> prepare_loader(std::shared_ptr<DataLoader> loader, Stage stage);
   std::map<std::string, double> evaluate(const std::shared_ptr<LightningModule>& module,
                                          std::shared_ptr<DataLoader> loader, Stage stage);
