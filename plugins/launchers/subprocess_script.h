@@ -30,7 +30,7 @@ struct WorkerExit {
 
 struct LaunchOptions {
   std::chrono::milliseconds timeout{0};  // 0: no limit
-  std::chrono::milliseconds grace{3000}; // SIGTERM to SIGKILL
+  std::chrono::milliseconds grace{5000}; // SIGTERM to SIGKILL (a rank's failure report may wait 2 s for check-ins)
 };
 
 // Starts every worker, waits for all of them, and returns how each ended.
