@@ -356,7 +356,8 @@ TEST(BadData, OneRanksBadBatchStopsEveryRankWithTheStepBatchAndShapes) {
       << r.outputs[1];
   // Rank 0 was waiting for rank 1 in a collective: it names rank 1's error, not just a closed connection.
   EXPECT_TRUE(r.exits[0].exit_code == 1) << r.summary();
-  EXPECT_TRUE(contains(r.outputs[0], "rank 1: failed at epoch 0, global step 3, batch 3 of 8: bad batch")) << r.outputs[0];
+  EXPECT_TRUE(contains(r.outputs[0], "rank 1: failed at epoch 0, global step 3, batch 3 of 8: bad batch"))
+      << r.outputs[0];
   EXPECT_TRUE(contains(r.outputs[0], shapes)) << r.outputs[0];
   EXPECT_TRUE(contains(r.outputs[0], "cause: rank 1 failed")) << r.outputs[0];
   EXPECT_LT(seconds, 30.0);  // not the process group timeout's doing alone

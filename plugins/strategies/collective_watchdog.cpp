@@ -137,7 +137,8 @@ CollectiveWatchdog::Position CollectiveWatchdog::position() {
 
 std::string CollectiveWatchdog::status_line(const char* failure, bool in_collective) {
   const Position p = position();
-  const std::string where = c10::str("epoch ", p.epoch, ", global step ", p.step, ", batch ", p.batch, " of ", p.batches);
+  const std::string where =
+      c10::str("epoch ", p.epoch, ", global step ", p.step, ", batch ", p.batch, " of ", p.batches);
   const char* current = current_.load();
   const char* last = last_.load();
   std::string kind, text;
@@ -263,7 +264,9 @@ std::exception_ptr CollectiveWatchdog::on_exception(const std::exception& e) {
   handling_ = false;
   if (!collective) return original;
   bool peer_failed_first = false;
-  for (const auto& [r, line] : all) peer_failed_first = peer_failed_first || (r != rank_ && parse(all, r).kind == kFailed);
+  for (const auto& entry : all) {
+    peer_failed_first = peer_failed_first || (entry.first != rank_ && parse(all, entry.first).kind == kFailed);
+  }
   if (peer_failed_first) {
     // Let the rank whose own error caused this exit first, so that a
     // launcher (which names the first worker to fail) names that rank.

@@ -137,7 +137,9 @@ class DDPStrategy : public Strategy {
   const ClusterEnvironment* cluster_environment() const { return environment_.get(); }
   UnevenInputs uneven_inputs() const { return uneven_inputs_; }
   // Marks a collective as running on this rank, for the failure report (inert with one rank).
-  CollectiveWatchdog::Scope watch(const char* collective) { return CollectiveWatchdog::Scope(watchdog_.get(), collective); }
+  CollectiveWatchdog::Scope watch(const char* collective) {
+    return CollectiveWatchdog::Scope(watchdog_.get(), collective);
+  }
   // Whether every rank stops at this boundary (see TrainingEpochContext::stop_requested).
   bool agree_stop(bool local, int64_t step, bool lockstep, bool sync);
   // The epoch context used when uneven_inputs is not kJoin: no_sync on accumulation micro-batches.
