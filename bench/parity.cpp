@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "data/fashion_mnist.h"
-#include "trainer/trainer.h"
+#include <lightning_cpp/data/fashion_mnist.h>
+#include <lightning_cpp/trainer/trainer.h>
 
 namespace {
 

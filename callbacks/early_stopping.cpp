@@ -1,10 +1,10 @@
-#include "callbacks/early_stopping.h"
+#include <lightning_cpp/callbacks/early_stopping.h>
 
 #include <iostream>
 #include <limits>
 
-#include "trainer/check.h"
-#include "trainer/trainer.h"
+#include <lightning_cpp/core/check.h>
+#include <lightning_cpp/trainer/trainer.h>
 
 namespace lt {
 

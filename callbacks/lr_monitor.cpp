@@ -1,8 +1,8 @@
-#include "callbacks/lr_monitor.h"
+#include <lightning_cpp/callbacks/lr_monitor.h>
 
-#include "trainer/lr_scheduler.h"
-#include "trainer/check.h"
-#include "trainer/trainer.h"
+#include <lightning_cpp/core/check.h>
+#include <lightning_cpp/core/lr_scheduler.h>
+#include <lightning_cpp/trainer/trainer.h>
 
 namespace lt {
 

@@ -1,4 +1,4 @@
-#include "callbacks/model_checkpoint.h"
+#include <lightning_cpp/callbacks/model_checkpoint.h>
 
 #include <cmath>
 #include <cstdio>
@@ -7,8 +7,8 @@
 #include <limits>
 #include <regex>
 
-#include "trainer/check.h"
-#include "trainer/trainer.h"
+#include <lightning_cpp/core/check.h>
+#include <lightning_cpp/trainer/trainer.h>
 
 namespace lt {
 

@@ -1,13 +1,12 @@
-#include "callbacks/progress_bar.h"
+#include <lightning_cpp/callbacks/progress_bar.h>
 
 #include <unistd.h>
 
 #include <cstdio>
 #include <iostream>
 
-#include "loops/fit_loop.h"
-#include "trainer/check.h"
-#include "trainer/trainer.h"
+#include <lightning_cpp/core/check.h>
+#include <lightning_cpp/trainer/trainer.h>
 
 namespace lt {
 
@@ -43,7 +42,7 @@ std::string ProgressBar::metrics_str(const Trainer& trainer) const {
 
 void ProgressBar::on_train_start(Trainer& trainer, LightningModule&) {
   enabled_ = trainer.is_global_zero();
-  max_epochs_ = FitLoop::resolved_max_epochs(trainer.options());
+  max_epochs_ = trainer.options().resolved_max_epochs();
 }
 
 void ProgressBar::on_train_epoch_start(Trainer&, LightningModule&) {

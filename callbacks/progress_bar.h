@@ -13,7 +13,7 @@
 
 #include <torch/arg.h>
 
-#include "callbacks/callback.h"
+#include <lightning_cpp/core/callback.h>
 
 namespace lt {
 

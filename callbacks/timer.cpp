@@ -1,11 +1,11 @@
-#include "callbacks/timer.h"
+#include <lightning_cpp/callbacks/timer.h>
 
 #include <iostream>
 #include <sstream>
 #include <vector>
 
-#include "trainer/check.h"
-#include "trainer/trainer.h"
+#include <lightning_cpp/core/check.h>
+#include <lightning_cpp/trainer/trainer.h>
 
 namespace lt {
 

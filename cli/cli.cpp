@@ -1,4 +1,4 @@
-#include "cli/cli.h"
+#include <lightning_cpp/cli/cli.h>
 
 #include <cmath>
 #include <filesystem>
@@ -8,12 +8,12 @@
 
 #include <CLI/CLI.hpp>
 
-#include "callbacks/model_checkpoint.h"
-#include "callbacks/progress_bar.h"
-#include "loops/fit_loop.h"
-#include "trainer/checkpoint.h"
-#include "trainer/registry.h"
-#include "trainer/trainer.h"
+#include <lightning_cpp/callbacks/model_checkpoint.h>
+#include <lightning_cpp/callbacks/progress_bar.h>
+#include <lightning_cpp/core/registry.h>
+#include <lightning_cpp/loops/fit_loop.h>
+#include <lightning_cpp/trainer/checkpoint.h>
+#include <lightning_cpp/trainer/trainer.h>
 
 namespace lt::cli {
 
@@ -667,7 +667,7 @@ int run(const std::vector<std::string>& args, Registry& registry, std::ostream& 
       err << "error: " << e.what() << "\n";
       return kExitConfigError;
     } catch (const std::exception& e) {
-      err << "error: " << e.what() << "\n";
+      err << "error: " << error_message(e) << "\n";
       return kExitFailure;
     }
   }

@@ -26,8 +26,8 @@
 #include <string>
 #include <vector>
 
-#include "cli/config.h"
-#include "trainer/trainer_options.h"
+#include <lightning_cpp/cli/config.h>
+#include <lightning_cpp/core/trainer_options.h>
 
 namespace lt {
 class Registry;

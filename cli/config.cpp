@@ -1,4 +1,4 @@
-#include "cli/config.h"
+#include <lightning_cpp/cli/config.h>
 
 #include <fstream>
 #include <functional>
@@ -8,7 +8,7 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include "trainer/check.h"
+#include <lightning_cpp/core/check.h>
 
 namespace lt::cli {
 

@@ -1,17 +1,9 @@
 // lightning-cpp: train, validate, test or predict from YAML configs.
-//   lightning-cpp fit --config configs/fashion_mnist_mlp.yaml --trainer.max_epochs=3
-// The built-ins and the Fashion-MNIST example are registered here, the one
-// place a program adds to the registry before reading its configs.
-#include "cli/cli.h"
-#include "trainer/registry.h"
-#ifdef LT_WITH_FASHION_MNIST
-#include "examples/fashion_mnist/registration.h"
-#endif
+//   lightning-cpp fit --config run.yaml --plugin libmine.so --trainer.max_epochs=3
+// Knows the built-ins only; models and data come from plugins (`plugins:` in a
+// config, or --plugin). A program with its own models calls lt::cli::main
+// with a registry it added them to (examples/fashion_mnist/cli.cpp).
+#include <lightning_cpp/cli/cli.h>
+#include <lightning_cpp/core/registry.h>
 
-int main(int argc, char** argv) {
-  lt::Registry& registry = lt::Registry::global();
-#ifdef LT_WITH_FASHION_MNIST
-  lt::examples::register_fashion_mnist(registry);
-#endif
-  return lt::cli::main(argc, argv, registry);
-}
+int main(int argc, char** argv) { return lt::cli::main(argc, argv, lt::Registry::global()); }

@@ -16,9 +16,9 @@ foreach(_dir ${TORCH_INCLUDE_DIRS})
 endforeach()
 if(NOT _lt_real_context_h)
   message(STATUS "lightning-cpp: LibTorch lacks distributed/autograd/context/context.h; "
-                 "using plugins/strategies/c10d_compat for c10d/reducer.hpp")
+                 "using plugins/strategies/ddp/c10d_compat for c10d/reducer.hpp")
   target_include_directories(lightning_cpp BEFORE PRIVATE
-    ${PROJECT_SOURCE_DIR}/plugins/strategies/c10d_compat)
+    ${PROJECT_SOURCE_DIR}/plugins/strategies/ddp/c10d_compat)
 endif()
 
 # NCCL: only when LibTorch was built with CUDA and the NCCL headers are here.

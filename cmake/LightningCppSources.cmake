@@ -2,6 +2,7 @@
 # programs (main.cpp) and tests (*_test.cpp). A glob, so that work on
 # different areas never edits the same list.
 file(GLOB_RECURSE LT_SOURCES CONFIGURE_DEPENDS
+  ${PROJECT_SOURCE_DIR}/core/*.cpp
   ${PROJECT_SOURCE_DIR}/trainer/*.cpp
   ${PROJECT_SOURCE_DIR}/loops/*.cpp
   ${PROJECT_SOURCE_DIR}/plugins/*.cpp

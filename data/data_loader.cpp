@@ -1,8 +1,8 @@
-#include "data/data_loader.h"
+#include <lightning_cpp/data/data_loader.h>
 
 #include <algorithm>
 
-#include "trainer/check.h"
+#include <lightning_cpp/core/check.h>
 
 namespace lt {
 
@@ -35,7 +35,7 @@ int64_t DataLoader::size() const {
 }
 
 Batch DataLoader::get(int64_t batch_idx) const {
-  LT_CHECK(batch_idx >= 0 && batch_idx < size(), "DataLoader: batch ", batch_idx, " out of range [0, ", size(), ")");
+  LT_INTERNAL_ASSERT(batch_idx >= 0 && batch_idx < size(), "DataLoader: batch ", batch_idx, " out of range [0, ", size(), ")");
   const int64_t b = options_.batch_size();
   const auto begin = indices_.begin() + batch_idx * b;
   const auto end = indices_.begin() + std::min<int64_t>((batch_idx + 1) * b, num_samples());

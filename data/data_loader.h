@@ -9,8 +9,8 @@
 
 #include <torch/arg.h>
 
-#include "data/dataset.h"
-#include "data/sampler.h"
+#include <lightning_cpp/data/dataset.h>
+#include <lightning_cpp/data/sampler.h>
 
 namespace lt {
 

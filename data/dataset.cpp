@@ -1,11 +1,11 @@
-#include "data/dataset.h"
+#include <lightning_cpp/data/dataset.h>
 
-#include "trainer/check.h"
+#include <lightning_cpp/core/check.h>
 
 namespace lt {
 
 Batch Dataset::get_batch(const std::vector<int64_t>& indices) const {
-  LT_CHECK(!indices.empty(), "Dataset::get_batch: empty index list");
+  LT_INTERNAL_ASSERT(!indices.empty(), "Dataset::get_batch: empty index list");
   std::vector<torch::Tensor> data, target;
   data.reserve(indices.size());
   for (int64_t i : indices) {

@@ -1,6 +1,5 @@
 #pragma once
-// Map-style datasets. A batch is LibTorch's torch::data::Example<> (data,
-// target); `target` may be undefined (predict). Any LibTorch dataset
+// Map-style datasets returning lt::Batch (core/types.h). Any LibTorch dataset
 // (torch::data::datasets::Dataset<Self, Example<>>) can be wrapped with
 // lt::from_torch_dataset.
 
@@ -11,9 +10,9 @@
 
 #include <torch/torch.h>
 
-namespace lt {
+#include <lightning_cpp/core/types.h>
 
-using Batch = torch::data::Example<>;
+namespace lt {
 
 class Dataset {
  public:

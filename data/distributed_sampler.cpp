@@ -1,8 +1,8 @@
-#include "data/distributed_sampler.h"
+#include <lightning_cpp/data/distributed_sampler.h>
 
 #include <numeric>
 
-#include "trainer/check.h"
+#include <lightning_cpp/core/check.h>
 
 namespace lt {
 

@@ -17,7 +17,7 @@
 
 #include <torch/arg.h>
 
-#include "data/sampler.h"
+#include <lightning_cpp/data/sampler.h>
 
 namespace lt {
 

@@ -1,4 +1,4 @@
-#include "data/fashion_mnist.h"
+#include <lightning_cpp/data/fashion_mnist.h>
 
 #include <zlib.h>
 
@@ -7,7 +7,7 @@
 #include <fstream>
 #include <vector>
 
-#include "trainer/check.h"
+#include <lightning_cpp/core/check.h>
 
 namespace lt {
 

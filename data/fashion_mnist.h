@@ -6,7 +6,7 @@
 
 #include <torch/torch.h>
 
-#include "data/dataset.h"
+#include <lightning_cpp/data/dataset.h>
 
 namespace lt {
 

@@ -1,4 +1,4 @@
-#include "data/sampler.h"
+#include <lightning_cpp/data/sampler.h>
 
 #include <numeric>
 

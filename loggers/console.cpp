@@ -1,11 +1,11 @@
-#include "loggers/console.h"
+#include <lightning_cpp/loggers/console.h>
 
 #include <cstdio>
 
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
-#include "trainer/check.h"
+#include <lightning_cpp/core/check.h>
 
 namespace lt {
 

@@ -1,4 +1,4 @@
-#include "loggers/csv.h"
+#include <lightning_cpp/loggers/csv.h>
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,7 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include "trainer/check.h"
+#include <lightning_cpp/core/check.h>
 
 namespace lt {
 

@@ -13,7 +13,7 @@
 
 #include <torch/arg.h>
 
-#include "loggers/logger.h"
+#include <lightning_cpp/core/logger.h>
 
 namespace lt {
 

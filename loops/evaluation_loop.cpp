@@ -1,4 +1,4 @@
-#include "loops/evaluation_loop.h"
+#include <lightning_cpp/loops/evaluation_loop.h>
 
 namespace lt {
 
@@ -27,8 +27,7 @@ std::map<std::string, double> EvaluationLoop::run(LoopContext& ctx, DataLoader& 
   const int64_t n = std::min(max_batches, loader.size());
   for (int64_t i = 0; i < n; ++i) {
     Batch batch = loader.get(i);
-    batch.data = batch.data.to(ctx.strategy.root_device());
-    if (batch.target.defined()) batch.target = batch.target.to(ctx.strategy.root_device());
+    batch = ctx.strategy.batch_to_device(std::move(batch));
     results.set_current_batch_size(batch.data.size(0));
     if (test) {
       ctx.module.test_step(batch, i);

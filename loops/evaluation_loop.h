@@ -5,7 +5,7 @@
 #include <map>
 #include <string>
 
-#include "loops/loop_context.h"
+#include <lightning_cpp/loops/loop_context.h>
 
 namespace lt {
 

@@ -1,16 +1,11 @@
-#include "loops/fit_loop.h"
+#include <lightning_cpp/loops/fit_loop.h>
 
-#include "trainer/signals.h"
+#include <lightning_cpp/core/signals.h>
 
 namespace lt {
 
-int64_t FitLoop::resolved_max_epochs(const TrainerOptions& options) {
-  if (options.max_epochs() == -1 && options.max_steps() == -1) return 1000;
-  return options.max_epochs();
-}
-
 bool FitLoop::done(const LoopContext& ctx) const {
-  const int64_t max_epochs = resolved_max_epochs(ctx.options);
+  const int64_t max_epochs = ctx.options.resolved_max_epochs();
   if (max_epochs >= 0 && ctx.state.current_epoch >= max_epochs) return true;
   if (ctx.options.max_steps() >= 0 && ctx.state.global_step >= ctx.options.max_steps()) return true;
   return ctx.state.should_stop;

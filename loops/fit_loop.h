@@ -4,7 +4,7 @@
 
 #include <memory>
 
-#include "loops/training_epoch_loop.h"
+#include <lightning_cpp/loops/training_epoch_loop.h>
 
 namespace lt {
 
@@ -16,8 +16,6 @@ class FitLoop {
 
   TrainingEpochLoop& epoch_loop() { return *epoch_loop_; }
   void set_epoch_loop(std::shared_ptr<TrainingEpochLoop> loop) { epoch_loop_ = std::move(loop); }
-  // max_epochs after Lightning's defaulting (-1 and no max_steps: 1000).
-  static int64_t resolved_max_epochs(const TrainerOptions& options);
 
  protected:
   bool done(const LoopContext& ctx) const;

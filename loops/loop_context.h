@@ -8,13 +8,14 @@
 #include <string>
 #include <vector>
 
-#include "callbacks/callback.h"
-#include "loggers/logger.h"
-#include "plugins/strategies/strategy.h"
-#include "trainer/lightning_module.h"
-#include "trainer/result_collection.h"
-#include "trainer/run_state.h"
-#include "trainer/trainer_options.h"
+#include <lightning_cpp/core/callback.h>
+#include <lightning_cpp/core/lightning_module.h>
+#include <lightning_cpp/core/logger.h>
+#include <lightning_cpp/core/result_collection.h>
+#include <lightning_cpp/core/run_state.h>
+#include <lightning_cpp/core/strategy.h>
+#include <lightning_cpp/core/trainer_options.h>
+#include <lightning_cpp/data/data_loader.h>
 
 namespace lt {
 

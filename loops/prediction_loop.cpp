@@ -1,4 +1,4 @@
-#include "loops/prediction_loop.h"
+#include <lightning_cpp/loops/prediction_loop.h>
 
 namespace lt {
 
@@ -11,7 +11,7 @@ std::vector<torch::Tensor> PredictionLoop::run(LoopContext& ctx, DataLoader& loa
   const int64_t n = std::min(max_batches, loader.size());
   for (int64_t i = 0; i < n; ++i) {
     Batch batch = loader.get(i);
-    batch.data = batch.data.to(ctx.strategy.root_device());
+    batch = ctx.strategy.batch_to_device(std::move(batch));
     out.push_back(ctx.module.predict_step(batch, i));
   }
   ctx.hooks.call(&Callback::on_predict_end);

@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include "loops/loop_context.h"
+#include <lightning_cpp/loops/loop_context.h>
 
 namespace lt {
 

@@ -1,12 +1,12 @@
-#include "loops/training_epoch_loop.h"
+#include <lightning_cpp/loops/training_epoch_loop.h>
 
 #include <algorithm>
 #include <cmath>
 
 #include <csignal>
 
-#include "trainer/check.h"
-#include "trainer/signals.h"
+#include <lightning_cpp/core/check.h>
+#include <lightning_cpp/core/signals.h>
 
 namespace lt {
 
@@ -84,16 +84,15 @@ void TrainingEpochLoop::run(LoopContext& ctx, DataLoader& train, DataLoader* val
     } else {
       check_like_first(first, batch, ctx, it);
     }
-    batch.data = batch.data.to(ctx.strategy.root_device());
-    if (batch.target.defined()) batch.target = batch.target.to(ctx.strategy.root_device());
+    batch = ctx.strategy.batch_to_device(std::move(batch));
     results.set_current_batch_size(batch.data.size(0));
     ctx.hooks.call(&Callback::on_train_batch_start, batch, it);
     ctx.module.on_train_batch_start(batch, it);
     torch::Tensor loss = optimization.run(ctx, batch, it, window_end);
     epoch->end_batch(it);
     guard.reset();
-    ctx.module.on_train_batch_end(loss, batch, it);
     ctx.hooks.call(&Callback::on_train_batch_end, loss, batch, it);
+    ctx.module.on_train_batch_end(loss, batch, it);
     const auto step_metrics = results.take_step_metrics(true);
     if (window_end && ctx.state.global_step % ctx.options.log_every_n_steps() == 0) ctx.log_metrics(step_metrics);
 

@@ -6,9 +6,9 @@
 
 #include <memory>
 
-#include "loops/evaluation_loop.h"
-#include "loops/optimization/automatic.h"
-#include "loops/optimization/manual.h"
+#include <lightning_cpp/loops/evaluation_loop.h>
+#include <lightning_cpp/loops/optimization/automatic.h>
+#include <lightning_cpp/loops/optimization/manual.h>
 
 namespace lt {
 

@@ -9,18 +9,18 @@
 
 #include <gtest/gtest.h>
 
-#include "callbacks/early_stopping.h"
-#include "callbacks/lambda_callback.h"
-#include "callbacks/lr_monitor.h"
-#include "callbacks/model_checkpoint.h"
-#include "callbacks/progress_bar.h"
-#include "callbacks/timer.h"
-#include "loggers/console.h"
-#include "loggers/csv.h"
-#include "tests/support/seeding.h"
-#include "trainer/check.h"
-#include "trainer/checkpoint.h"
-#include "trainer/trainer.h"
+#include <lightning_cpp/callbacks/early_stopping.h>
+#include <lightning_cpp/callbacks/lambda_callback.h>
+#include <lightning_cpp/callbacks/lr_monitor.h>
+#include <lightning_cpp/callbacks/model_checkpoint.h>
+#include <lightning_cpp/callbacks/progress_bar.h>
+#include <lightning_cpp/callbacks/timer.h>
+#include <lightning_cpp/loggers/console.h>
+#include <lightning_cpp/loggers/csv.h>
+#include "support/seeding.h"
+#include <lightning_cpp/core/check.h>
+#include <lightning_cpp/trainer/checkpoint.h>
+#include <lightning_cpp/trainer/trainer.h>
 
 namespace fs = std::filesystem;
 
@@ -35,7 +35,7 @@ class ScriptedModule : public lt::LightningModule {
   }
   torch::Tensor training_step(const lt::Batch& b, int64_t) override {
     auto loss = torch::mse_loss(fc_(b.data), b.target);
-    log("train_loss", loss, lt::LogOptions{.prog_bar = true});
+    log("train_loss", loss, lt::LogOptions().prog_bar(true));
     return loss;
   }
   void validation_step(const lt::Batch&, int64_t) override {

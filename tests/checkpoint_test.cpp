@@ -10,11 +10,11 @@
 
 #include <gtest/gtest.h>
 
-#include "callbacks/model_checkpoint.h"
-#include "tests/support/seeding.h"
-#include "trainer/check.h"
-#include "trainer/checkpoint.h"
-#include "trainer/trainer.h"
+#include <lightning_cpp/callbacks/model_checkpoint.h>
+#include "support/seeding.h"
+#include <lightning_cpp/core/check.h>
+#include <lightning_cpp/trainer/checkpoint.h>
+#include <lightning_cpp/trainer/trainer.h>
 
 namespace fs = std::filesystem;
 

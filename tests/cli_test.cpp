@@ -11,12 +11,14 @@
 
 #include <gtest/gtest.h>
 
-#include "cli/cli.h"
-#include "data/fashion_mnist.h"
-#include "examples/fashion_mnist/registration.h"
-#include "tests/support/seeding.h"
-#include "trainer/registry.h"
-#include "trainer/trainer.h"
+#include <lightning_cpp/cli/cli.h>
+#include <lightning_cpp/data/fashion_mnist.h>
+#include "fashion_mnist/registration.h"
+#include "support/seeding.h"
+#include <lightning_cpp/callbacks/registration.h>
+#include <lightning_cpp/cli/register_builtins.h>
+#include <lightning_cpp/core/registry.h>
+#include <lightning_cpp/trainer/trainer.h>
 
 namespace fs = std::filesystem;
 
@@ -431,7 +433,7 @@ TEST_F(CliTest, PluginErrorsInYamlNameTheLine) {
 
 TEST_F(CliTest, ProgramRunsFashionMnistConfig) {
   if (!fs::exists(std::string(lt::kFashionMnistDir) + "/train-images-idx3-ubyte.gz")) GTEST_SKIP() << "no Fashion-MNIST";
-  const std::string cmd = std::string(LT_CLI_PROGRAM) + " fit --config " + LT_SOURCE_DIR +
+  const std::string cmd = std::string(LT_FASHION_MNIST_CLI) + " fit --config " + LT_SOURCE_DIR +
                           "/configs/fashion_mnist_mlp.yaml --trainer.max_epochs=1 --trainer.limit_train_batches=20 "
                           "--trainer.limit_val_batches=2 --trainer.num_sanity_val_steps=0 > out.txt 2>&1";
   const int rc = std::system(cmd.c_str());
@@ -443,7 +445,7 @@ TEST_F(CliTest, ProgramRunsFashionMnistConfig) {
   EXPECT_TRUE(fs::exists(dir_ / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"));
   // A config error from the real program: exit code 2.
   write("bad.yaml", "trainer: {max_epochs: x}\n");
-  EXPECT_EQ(WEXITSTATUS(std::system((std::string(LT_CLI_PROGRAM) + " fit -c bad.yaml 2>/dev/null").c_str())), 2);
+  EXPECT_EQ(WEXITSTATUS(std::system((std::string(LT_FASHION_MNIST_CLI) + " fit -c bad.yaml 2>/dev/null").c_str())), 2);
 }
 
 TEST_F(CliTest, DdpConfigResolves) {

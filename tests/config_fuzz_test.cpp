@@ -10,10 +10,11 @@
 #include <random>
 #include <sstream>
 
-#include "cli/cli.h"
-#include "examples/fashion_mnist/registration.h"
-#include "trainer/check.h"
-#include "trainer/registry.h"
+#include <lightning_cpp/cli/cli.h>
+#include "fashion_mnist/registration.h"
+#include <lightning_cpp/cli/register_builtins.h>
+#include <lightning_cpp/core/check.h>
+#include <lightning_cpp/core/registry.h>
 
 namespace {
 

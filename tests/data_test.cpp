@@ -5,9 +5,9 @@
 #include <filesystem>
 #include <fstream>
 
-#include "data/data_loader.h"
-#include "data/fashion_mnist.h"
-#include "trainer/check.h"
+#include <lightning_cpp/core/check.h>
+#include <lightning_cpp/data/data_loader.h>
+#include <lightning_cpp/data/fashion_mnist.h>
 
 namespace {
 

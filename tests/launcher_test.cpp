@@ -6,7 +6,7 @@
 #include <chrono>
 #include <thread>
 
-#include "tests/support/multiprocess.h"
+#include "support/multiprocess.h"
 
 using lt::testing::env_int;
 using lt::testing::run_workers;

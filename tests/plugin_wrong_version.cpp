@@ -1,6 +1,6 @@
 // A plugin built for another plugin API version: the loader must refuse it
 // without calling its registration function (tests/cli_test.cpp).
-#include "trainer/registry.h"
+#include <lightning_cpp/core/registry.h>
 
 namespace {
 void register_nothing(lt::Registry&) {}

@@ -19,13 +19,13 @@
 #include <sstream>
 #include <thread>
 
-#include "plugins/strategies/ddp.h"
-#include "tests/support/multiprocess.h"
-#include "tests/support/seeding.h"
-#include "trainer/check.h"
-#include "trainer/checkpoint.h"
-#include "trainer/signals.h"
-#include "trainer/trainer.h"
+#include <lightning_cpp/plugins/strategies/ddp.h>
+#include "support/multiprocess.h"
+#include "support/seeding.h"
+#include <lightning_cpp/core/check.h>
+#include <lightning_cpp/core/signals.h>
+#include <lightning_cpp/trainer/checkpoint.h>
+#include <lightning_cpp/trainer/trainer.h>
 
 extern char** environ;
 

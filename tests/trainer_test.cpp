@@ -5,10 +5,10 @@
 #include <string>
 #include <vector>
 
-#include "callbacks/lambda_callback.h"
-#include "tests/support/seeding.h"
-#include "trainer/check.h"
-#include "trainer/trainer.h"
+#include <lightning_cpp/callbacks/lambda_callback.h>
+#include "support/seeding.h"
+#include <lightning_cpp/core/check.h>
+#include <lightning_cpp/trainer/trainer.h>
 
 namespace {
 
@@ -140,36 +140,20 @@ std::vector<std::string>* g_events = nullptr;
 class RecordingCallback : public lt::Callback {
  public:
   std::string name() const override { return "recorder"; }
-#define LT_RECORD(hook, ...) \
-  void hook(lt::Trainer&, lt::LightningModule& __VA_OPT__(, ) __VA_ARGS__) override { g_events->push_back(#hook); }
-  LT_RECORD(on_fit_start)
-  LT_RECORD(on_fit_end)
-  LT_RECORD(on_sanity_check_start)
-  LT_RECORD(on_sanity_check_end)
-  LT_RECORD(on_train_start)
-  LT_RECORD(on_train_end)
-  LT_RECORD(on_train_epoch_start)
-  LT_RECORD(on_train_epoch_end)
-  LT_RECORD(on_train_batch_start, const Batch&, int64_t)
-  LT_RECORD(on_train_batch_end, const torch::Tensor&, const Batch&, int64_t)
-  LT_RECORD(on_validation_start)
-  LT_RECORD(on_validation_end)
-  LT_RECORD(on_validation_epoch_start)
-  LT_RECORD(on_validation_epoch_end)
-  LT_RECORD(on_validation_batch_start, const Batch&, int64_t)
-  LT_RECORD(on_validation_batch_end, const Batch&, int64_t)
-  LT_RECORD(on_before_backward, const torch::Tensor&)
-  LT_RECORD(on_after_backward)
-  LT_RECORD(on_before_optimizer_step, torch::optim::Optimizer&)
-  LT_RECORD(on_before_zero_grad, torch::optim::Optimizer&)
+  // Records every hook of the list (core/callback.h), by name.
+#define LT_RECORD(name, params, args) \
+  void name params override { g_events->push_back(#name); }
+  LT_CALLBACK_HOOKS(LT_RECORD)
 #undef LT_RECORD
-  void setup(lt::Trainer&, lt::LightningModule&, lt::Stage) override { g_events->push_back("setup"); }
-  void teardown(lt::Trainer&, lt::LightningModule&, lt::Stage) override { g_events->push_back("teardown"); }
 };
 
 class RecordingRegressor : public Regressor {
  public:
   void on_fit_start() override { g_events->push_back("module.on_fit_start"); }
+  void on_train_batch_start(const lt::Batch&, int64_t) override { g_events->push_back("module.on_train_batch_start"); }
+  void on_train_batch_end(const torch::Tensor&, const lt::Batch&, int64_t) override {
+    g_events->push_back("module.on_train_batch_end");
+  }
   void on_train_epoch_end() override { g_events->push_back("module.on_train_epoch_end"); }
   void on_validation_epoch_end() override { g_events->push_back("module.on_validation_epoch_end"); }
 };
@@ -188,8 +172,11 @@ TEST_F(TrainerTest, HookOrderForOneFit) {
   const std::vector<std::string> validation = {
       "on_validation_start", "on_validation_epoch_start", "on_validation_batch_start", "on_validation_batch_end",
       "module.on_validation_epoch_end", "on_validation_epoch_end", "on_validation_end"};
-  const std::vector<std::string> batch = {"on_train_batch_start", "on_before_backward", "on_after_backward",
-                                          "on_before_optimizer_step", "on_before_zero_grad", "on_train_batch_end"};
+  // Lightning's order: the callbacks' hook, then the module's.
+  const std::vector<std::string> batch = {"on_train_batch_start", "module.on_train_batch_start",
+                                          "on_before_backward",   "on_after_backward",
+                                          "on_before_optimizer_step", "on_before_zero_grad",
+                                          "on_train_batch_end",   "module.on_train_batch_end"};
   std::vector<std::string> expected = {"setup", "on_fit_start", "module.on_fit_start", "on_sanity_check_start"};
   expected.insert(expected.end(), validation.begin(), validation.end());
   expected.insert(expected.end(), {"on_sanity_check_end", "on_train_start", "on_train_epoch_start"});
@@ -273,7 +260,7 @@ TEST_F(TrainerTest, StepAndEpochLoggingNames) {
    public:
     torch::Tensor training_step(const Batch& batch, int64_t idx) override {
       auto loss = torch::mse_loss(forward(batch.data), batch.target);
-      log("l", loss, lt::LogOptions{.on_step = true, .on_epoch = true});
+      log("l", loss, lt::LogOptions().on_step(true).on_epoch(true));
       return loss;
     }
   };

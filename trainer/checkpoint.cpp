@@ -1,4 +1,4 @@
-#include "trainer/checkpoint.h"
+#include <lightning_cpp/trainer/checkpoint.h>
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -11,8 +11,8 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
-#include "trainer/check.h"
-#include "trainer/trainer.h"
+#include <lightning_cpp/core/check.h>
+#include <lightning_cpp/trainer/trainer.h>
 
 namespace lt {
 
@@ -83,7 +83,7 @@ c10::IValue pickle_load_file(const std::string& path) {
         std::search(bytes.begin(), bytes.end(), kOrderedDict.begin(), kOrderedDict.end()) != bytes.end();
     throw ValueError(c10::str(
         "checkpoint '", path, "' is truncated or corrupt (", bytes.size(), " bytes): ",
-        std::string(e.what()).substr(0, 200),
+        error_message(e).substr(0, 200),
         ordered_dict ? "; if Python's torch.save(model.state_dict()) wrote it: it holds a collections.OrderedDict, "
                        "which LibTorch 1.13 cannot read; save a plain dict instead: "
                        "torch.save(dict(model.state_dict()), path)"

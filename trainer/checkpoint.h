@@ -16,7 +16,7 @@
 
 #include <torch/torch.h>
 
-#include "trainer/types.h"
+#include <lightning_cpp/core/types.h>
 
 namespace lt {
 

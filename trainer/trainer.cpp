@@ -1,11 +1,12 @@
-#include "trainer/trainer.h"
+#include <lightning_cpp/trainer/trainer.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <optional>
 
-#include "trainer/check.h"
-#include "trainer/signals.h"
+#include <lightning_cpp/core/check.h>
+#include <lightning_cpp/core/signals.h>
+#include <lightning_cpp/plugins/strategies/single_device.h>
 
 namespace lt {
 
@@ -32,8 +33,8 @@ Trainer::Trainer(TrainerOptions options)
   options_.validate();
   strategy_ = options_.strategy();
   if (!strategy_) {
-    strategy_ = std::make_shared<SingleDeviceStrategy>(options_.accelerator() == "cuda" ? torch::Device("cuda:0")
-                                                                                        : torch::Device("cpu"));
+    strategy_ = std::make_shared<SingleDeviceStrategy>(options_.device_type() == torch::kCUDA ? torch::Device("cuda:0")
+                                                                                               : torch::Device("cpu"));
   }
 }
 

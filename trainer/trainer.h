@@ -12,16 +12,17 @@
 #include <string>
 #include <vector>
 
-#include "callbacks/callback.h"
-#include "loggers/logger.h"
-#include "loops/evaluation_loop.h"
-#include "loops/fit_loop.h"
-#include "loops/prediction_loop.h"
-#include "plugins/strategies/strategy.h"
-#include "trainer/data_module.h"
-#include "trainer/lightning_module.h"
-#include "trainer/run_state.h"
-#include "trainer/trainer_options.h"
+#include <lightning_cpp/core/callback.h>
+#include <lightning_cpp/core/data_module.h>
+#include <lightning_cpp/core/lightning_module.h>
+#include <lightning_cpp/core/logger.h>
+#include <lightning_cpp/core/run_state.h>
+#include <lightning_cpp/core/strategy.h>
+#include <lightning_cpp/core/trainer_options.h>
+#include <lightning_cpp/data/data_loader.h>
+#include <lightning_cpp/loops/evaluation_loop.h>
+#include <lightning_cpp/loops/fit_loop.h>
+#include <lightning_cpp/loops/prediction_loop.h>
 
 namespace lt {
 

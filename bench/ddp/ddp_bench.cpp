@@ -23,10 +23,10 @@
 #include <sstream>
 #include <string>
 
-#include "plugins/launchers/subprocess_script.h"
-#include "plugins/strategies/ddp.h"
-#include "plugins/strategies/distributed_data_parallel.h"
-#include "trainer/trainer.h"
+#include <lightning_cpp/plugins/launchers/subprocess_script.h>
+#include <lightning_cpp/plugins/strategies/ddp.h>
+#include <lightning_cpp/plugins/strategies/ddp/distributed_data_parallel.h>
+#include <lightning_cpp/trainer/trainer.h>
 
 namespace {
 

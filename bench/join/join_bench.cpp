@@ -22,9 +22,9 @@
 #include <string>
 #include <vector>
 
-#include "plugins/launchers/subprocess_script.h"
-#include "plugins/strategies/ddp.h"
-#include "trainer/trainer.h"
+#include <lightning_cpp/plugins/launchers/subprocess_script.h>
+#include <lightning_cpp/plugins/strategies/ddp.h>
+#include <lightning_cpp/trainer/trainer.h>
 
 namespace {
 

@@ -1,4 +1,4 @@
-#include "examples/fashion_mnist/fashion_mnist.h"
+#include "fashion_mnist/fashion_mnist.h"
 
 namespace lt::examples {
 
@@ -34,21 +34,21 @@ std::shared_ptr<DataLoader> FashionMnistDataModule::test_dataloader() {
 
 torch::Tensor ClassifierBase::training_step(const Batch& batch, int64_t /*batch_idx*/) {
   auto loss = torch::cross_entropy_loss(forward(batch.data), batch.target);
-  log("train_loss", loss, LogOptions{.on_step = true, .on_epoch = true, .prog_bar = true});
+  log("train_loss", loss, LogOptions().on_step(true).on_epoch(true).prog_bar(true));
   return loss;
 }
 
 void ClassifierBase::validation_step(const Batch& batch, int64_t /*batch_idx*/) {
   auto logits = forward(batch.data);
-  log("val_loss", torch::cross_entropy_loss(logits, batch.target), LogOptions{.prog_bar = true, .sync_dist = true});
+  log("val_loss", torch::cross_entropy_loss(logits, batch.target), LogOptions().prog_bar(true).sync_dist(true));
   log("val_acc", logits.argmax(1).eq(batch.target).to(torch::kFloat).mean(),
-      LogOptions{.prog_bar = true, .sync_dist = true});
+      LogOptions().prog_bar(true).sync_dist(true));
 }
 
 void ClassifierBase::test_step(const Batch& batch, int64_t /*batch_idx*/) {
   auto logits = forward(batch.data);
-  log("test_loss", torch::cross_entropy_loss(logits, batch.target), LogOptions{.sync_dist = true});
-  log("test_acc", logits.argmax(1).eq(batch.target).to(torch::kFloat).mean(), LogOptions{.sync_dist = true});
+  log("test_loss", torch::cross_entropy_loss(logits, batch.target), LogOptions().sync_dist(true));
+  log("test_acc", logits.argmax(1).eq(batch.target).to(torch::kFloat).mean(), LogOptions().sync_dist(true));
 }
 
 torch::Tensor ClassifierBase::predict_step(const Batch& batch, int64_t /*batch_idx*/) {

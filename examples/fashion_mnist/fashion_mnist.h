@@ -5,9 +5,9 @@
 #include <memory>
 #include <string>
 
-#include "data/fashion_mnist.h"
-#include "trainer/data_module.h"
-#include "trainer/lightning_module.h"
+#include <lightning_cpp/core/data_module.h>
+#include <lightning_cpp/core/lightning_module.h>
+#include <lightning_cpp/data/fashion_mnist.h>
 
 namespace lt::examples {
 

@@ -9,10 +9,10 @@
 #include <iostream>
 #include <string>
 
-#include "examples/fashion_mnist/fashion_mnist.h"
-#include "plugins/strategies/ddp.h"
-#include "trainer/check.h"
-#include "trainer/trainer.h"
+#include "fashion_mnist/fashion_mnist.h"
+#include <lightning_cpp/core/check.h>
+#include <lightning_cpp/plugins/strategies/ddp.h>
+#include <lightning_cpp/trainer/trainer.h>
 
 int main(int argc, char** argv) {
   bool cnn = false;

@@ -1,7 +1,7 @@
-#include "examples/fashion_mnist/registration.h"
+#include "fashion_mnist/registration.h"
 
-#include "examples/fashion_mnist/fashion_mnist.h"
-#include "trainer/registry.h"
+#include "fashion_mnist/fashion_mnist.h"
+#include <lightning_cpp/core/registry.h>
 
 namespace lt::examples {
 

@@ -11,10 +11,10 @@
 
 #include <torch/torch.h>
 
-#include "data/data_loader.h"
-#include "trainer/data_module.h"
-#include "trainer/lightning_module.h"
-#include "trainer/registry.h"
+#include <lightning_cpp/core/data_module.h>
+#include <lightning_cpp/core/lightning_module.h>
+#include <lightning_cpp/core/registry.h>
+#include <lightning_cpp/data/data_loader.h>
 
 namespace {
 
@@ -63,11 +63,11 @@ class LinearRegressor : public lt::LightningModule {
   }
   torch::Tensor training_step(const lt::Batch& batch, int64_t /*batch_idx*/) override {
     auto loss = torch::mse_loss(linear_(batch.data), batch.target);
-    log("train_loss", loss, lt::LogOptions{.prog_bar = true});
+    log("train_loss", loss, lt::LogOptions().prog_bar(true));
     return loss;
   }
   void validation_step(const lt::Batch& batch, int64_t /*batch_idx*/) override {
-    log("val_loss", torch::mse_loss(linear_(batch.data), batch.target), lt::LogOptions{.prog_bar = true});
+    log("val_loss", torch::mse_loss(linear_(batch.data), batch.target), lt::LogOptions().prog_bar(true));
   }
   void test_step(const lt::Batch& batch, int64_t /*batch_idx*/) override {
     log("test_loss", torch::mse_loss(linear_(batch.data), batch.target));

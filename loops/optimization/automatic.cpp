@@ -1,9 +1,9 @@
-#include "loops/optimization/automatic.h"
+#include <lightning_cpp/loops/optimization/automatic.h>
 
 #include <optional>
 #include <string>
 
-#include "trainer/check.h"
+#include <lightning_cpp/core/check.h>
 
 namespace lt {
 

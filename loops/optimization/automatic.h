@@ -9,7 +9,7 @@
 
 #include <torch/torch.h>
 
-#include "loops/loop_context.h"
+#include <lightning_cpp/loops/loop_context.h>
 
 namespace lt {
 

@@ -1,4 +1,4 @@
-#include "loops/optimization/manual.h"
+#include <lightning_cpp/loops/optimization/manual.h>
 
 namespace lt {
 

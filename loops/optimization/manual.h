@@ -2,7 +2,7 @@
 // Manual optimization: training_step does its own manual_backward and
 // optimizer_step(); the loop only calls it.
 
-#include "loops/optimization/automatic.h"
+#include <lightning_cpp/loops/optimization/automatic.h>
 
 namespace lt {
 

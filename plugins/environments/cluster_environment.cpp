@@ -1,44 +1,14 @@
-#include "plugins/environments/cluster_environment.h"
+#include <lightning_cpp/plugins/environments/cluster_environment.h>
 
 #include <cstdlib>
 
-#include "plugins/environments/local.h"
-#include "plugins/environments/mpi.h"
-#include "plugins/environments/slurm.h"
-#include "plugins/environments/torchrun.h"
-#include "trainer/check.h"
+#include <lightning_cpp/core/check.h>
+#include <lightning_cpp/plugins/environments/local.h>
+#include <lightning_cpp/plugins/environments/mpi.h>
+#include <lightning_cpp/plugins/environments/slurm.h>
+#include <lightning_cpp/plugins/environments/torchrun.h>
 
 namespace lt {
-
-namespace env {
-
-std::optional<std::string> get(const char* name) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return std::nullopt;
-  return std::string(v);
-}
-
-std::optional<int64_t> get_int(const char* name) {
-  auto v = get(name);
-  if (!v) return std::nullopt;
-  size_t used = 0;
-  int64_t out = 0;
-  try {
-    out = std::stoll(*v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  LT_CHECK(used == v->size(), "environment variable ", name, "='", *v, "' is not an integer");
-  return out;
-}
-
-int64_t require_int(const char* name, const char* environment) {
-  auto v = get_int(name);
-  LT_CHECK(v.has_value(), environment, ": environment variable ", name, " is not set");
-  return *v;
-}
-
-}  // namespace env
 
 std::unique_ptr<ClusterEnvironment> select_cluster_environment() {
   if (LocalEnvironment::detect_worker()) return std::make_unique<LocalEnvironment>();

@@ -16,6 +16,8 @@
 #include <optional>
 #include <string>
 
+#include <lightning_cpp/core/env.h>
+
 namespace lt {
 
 class ClusterEnvironment {
@@ -49,14 +51,5 @@ class ClusterEnvironment {
 
 // Picks the environment of this process (order above).
 std::unique_ptr<ClusterEnvironment> select_cluster_environment();
-
-namespace env {
-// The variable's value, or nullopt when unset or empty.
-std::optional<std::string> get(const char* name);
-// The variable as an integer; throws lt::Error naming the variable and value when it is not one.
-std::optional<int64_t> get_int(const char* name);
-// Like get_int, but the variable must be set (the message names `environment`).
-int64_t require_int(const char* name, const char* environment);
-}  // namespace env
 
 }  // namespace lt

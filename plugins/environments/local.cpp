@@ -1,6 +1,6 @@
-#include "plugins/environments/local.h"
+#include <lightning_cpp/plugins/environments/local.h>
 
-#include "trainer/check.h"
+#include <lightning_cpp/core/check.h>
 
 namespace lt {
 

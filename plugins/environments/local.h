@@ -6,7 +6,7 @@
 // MASTER_ADDR=127.0.0.1 and MASTER_PORT=<a free port>, and those workers
 // find themselves here again, now with creates_processes_externally() true.
 
-#include "plugins/environments/cluster_environment.h"
+#include <lightning_cpp/plugins/environments/cluster_environment.h>
 
 namespace lt {
 

@@ -1,9 +1,9 @@
-#include "plugins/environments/mpi.h"
+#include <lightning_cpp/plugins/environments/mpi.h>
 
 #include <algorithm>
 #include <functional>
 
-#include "trainer/check.h"
+#include <lightning_cpp/core/check.h>
 
 namespace lt {
 

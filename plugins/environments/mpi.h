@@ -7,7 +7,7 @@
 // When every rank is on this node they default to 127.0.0.1 and a port
 // derived from the MPI job id (29500 if there is none).
 
-#include "plugins/environments/cluster_environment.h"
+#include <lightning_cpp/plugins/environments/cluster_environment.h>
 
 namespace lt {
 

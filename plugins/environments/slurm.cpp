@@ -1,6 +1,6 @@
-#include "plugins/environments/slurm.h"
+#include <lightning_cpp/plugins/environments/slurm.h>
 
-#include "trainer/check.h"
+#include <lightning_cpp/core/check.h>
 
 namespace lt {
 

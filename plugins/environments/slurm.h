@@ -6,7 +6,7 @@
 // An interactive allocation (SLURM_JOB_NAME bash or interactive) is not
 // taken as a SLURM launch.
 
-#include "plugins/environments/cluster_environment.h"
+#include <lightning_cpp/plugins/environments/cluster_environment.h>
 
 namespace lt {
 

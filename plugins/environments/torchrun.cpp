@@ -1,6 +1,6 @@
-#include "plugins/environments/torchrun.h"
+#include <lightning_cpp/plugins/environments/torchrun.h>
 
-#include "trainer/check.h"
+#include <lightning_cpp/core/check.h>
 
 namespace lt {
 

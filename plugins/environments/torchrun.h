@@ -6,7 +6,7 @@
 // Multi-node works through MASTER_ADDR: every rank rendezvouses at the
 // TCPStore rank 0 hosts there.
 
-#include "plugins/environments/cluster_environment.h"
+#include <lightning_cpp/plugins/environments/cluster_environment.h>
 
 namespace lt {
 

@@ -1,8 +1,10 @@
-#include "plugins/join/join.h"
+#include <lightning_cpp/plugins/join/join.h>
 
 #include <atomic>
 
 #include <c10/util/Exception.h>
+
+#include <lightning_cpp/core/rank_zero.h>
 
 namespace lt {
 
@@ -20,7 +22,7 @@ double allreduce_scalar(c10d::ProcessGroup& pg, torch::Device device, float valu
 
 Join::Join(std::vector<Joinable*> joinables, bool enable, bool throw_on_early_termination)
     : joinables_(std::move(joinables)), enable_(enable), throw_on_early_termination_(throw_on_early_termination) {
-  LT_CHECK(!joinables_.empty(), "Join requires at least one joinable");
+  LT_INTERNAL_ASSERT(!joinables_.empty(), "Join requires at least one joinable");
   for (Joinable* joinable : joinables_) {
     LT_CHECK(joinable != nullptr, "Join: a joinable is null");
     hooks_.push_back(joinable->join_hook());
@@ -28,7 +30,7 @@ Join::Join(std::vector<Joinable*> joinables, bool enable, bool throw_on_early_te
   // Process group and device: one process group for all joinables; the first joinable's device.
   process_group_ = joinables_.front()->join_process_group();
   device_ = joinables_.front()->join_device();
-  LT_CHECK(process_group_, "Join: the first joinable has no process group");
+  LT_INTERNAL_ASSERT(process_group_, "Join: the first joinable has no process group");
   for (Joinable* joinable : joinables_) {
     LT_CHECK(joinable->join_process_group().get() == process_group_.get(),
              "Join: all joinables must use the same process group (using Join with multiple process groups)");
@@ -67,7 +69,7 @@ void Join::join() {
   int64_t i = 0;
   while (!all_procs_joined) {
     if (i > kWarnThreshold && !warned.exchange(true)) {
-      TORCH_WARN("Detected uneven input skew of greater than ", kWarnThreshold, ". This means that rank ", rank_,
+      warn("Detected uneven input skew of greater than ", kWarnThreshold, ". This means that rank ", rank_,
                  " has at least ", kWarnThreshold,
                  " fewer inputs than other currently-active ranks. This level of skew could lead to performance "
                  "degradation during training.");

@@ -1,4 +1,4 @@
-#include "plugins/launchers/subprocess_script.h"
+#include <lightning_cpp/plugins/launchers/subprocess_script.h>
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -17,7 +17,7 @@
 #include <sstream>
 #include <thread>
 
-#include "trainer/check.h"
+#include <lightning_cpp/core/check.h>
 
 extern char** environ;
 
@@ -46,7 +46,7 @@ std::vector<std::string> merged_environment(const std::map<std::string, std::str
 }
 
 pid_t spawn(const WorkerSpec& spec) {
-  LT_CHECK(!spec.argv.empty(), "launch: a worker has an empty argv");
+  LT_INTERNAL_ASSERT(!spec.argv.empty(), "launch: a worker has an empty argv");
   // Everything the child needs is prepared before fork: after fork only
   // async-signal-safe calls are allowed in a multi-threaded parent.
   std::vector<std::string> env_strings = merged_environment(spec.env);

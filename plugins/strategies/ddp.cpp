@@ -1,4 +1,4 @@
-#include "plugins/strategies/ddp.h"
+#include <lightning_cpp/plugins/strategies/ddp.h>
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -29,14 +29,15 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
-#include "data/distributed_sampler.h"
-#include "plugins/environments/local.h"
-#include "plugins/environments/rank_zero.h"
-#include "plugins/launchers/subprocess_script.h"
-#include "plugins/strategies/ddp_join.h"
-#include "trainer/check.h"
-#include "trainer/lightning_module.h"
-#include "trainer/run_state.h"
+#include <lightning_cpp/core/check.h>
+#include <lightning_cpp/core/lightning_module.h>
+#include <lightning_cpp/core/rank_zero.h>
+#include <lightning_cpp/core/run_state.h>
+#include <lightning_cpp/data/data_loader.h>
+#include <lightning_cpp/data/distributed_sampler.h>
+#include <lightning_cpp/plugins/environments/local.h>
+#include <lightning_cpp/plugins/launchers/subprocess_script.h>
+#include <lightning_cpp/plugins/strategies/ddp/join_context.h>
 
 namespace lt {
 
@@ -91,10 +92,6 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const ClusterEnvironment&
 // second Trainer in the same workers (same MASTER_PORT) gets a fresh rendezvous.
 std::atomic<int> g_process_group_count{0};
 
-bool is_cuda_accelerator(const std::string& accelerator) {
-  return accelerator == "cuda" || accelerator == "gpu" || (accelerator == "auto" && torch::cuda::is_available());
-}
-
 // The effective number of batches `rank` runs with `sampler`.
 int64_t batches_for_rank(const DistributedSampler& sampler, int64_t rank, const DataLoaderOptions& loader) {
   const int64_t n = sampler.num_samples_for_rank(rank), b = loader.batch_size();
@@ -148,7 +145,7 @@ int64_t DDPStrategy::local_rank() const {
 }
 
 std::string DDPStrategy::resolve_backend(const TrainerOptions& options) const {
-  const bool cuda = is_cuda_accelerator(options.accelerator());
+  const bool cuda = options.device_type() == torch::kCUDA;
   std::string backend = options_.process_group_backend();
   if (backend.empty()) backend = cuda ? "nccl" : "gloo";
   LT_CHECK_VALUE(backend == "gloo" || backend == "nccl", "strategy ddp: process_group_backend must be gloo or nccl, got '",
@@ -189,7 +186,7 @@ void DDPStrategy::setup_environment(const TrainerOptions& options) {
   local_rank_ = environment_->local_rank();
   node_rank_ = environment_->node_rank();
   world_size_ = environment_->world_size();
-  if (is_cuda_accelerator(options.accelerator())) {
+  if (options.device_type() == torch::kCUDA) {
     LT_CHECK_VALUE(torch::cuda::is_available(), "strategy ddp: accelerator ", options.accelerator(),
                    " but CUDA is not available in this LibTorch/machine");
     LT_CHECK_VALUE(local_rank_ < static_cast<int64_t>(torch::cuda::device_count()), "strategy ddp: local rank ",
@@ -307,7 +304,7 @@ void DDPStrategy::init_process_group(const std::string& backend) {
 }
 
 void DDPStrategy::setup(LightningModule& module) {
-  LT_CHECK(process_group_, "strategy ddp: setup() before setup_environment()");
+  LT_INTERNAL_ASSERT(process_group_, "strategy ddp: setup() before setup_environment()");
   if (watchdog_) watchdog_->begin_run(module.runtime().state, uneven_inputs_ == UnevenInputs::kJoin && join_enable_);
   Strategy::setup(module);
   bool trainable = false;

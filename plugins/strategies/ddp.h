@@ -56,11 +56,11 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
-#include "plugins/environments/cluster_environment.h"
-#include "plugins/strategies/collective_watchdog.h"
-#include "plugins/strategies/distributed_data_parallel.h"
-#include "plugins/strategies/strategy.h"
-#include "trainer/trainer_options.h"
+#include <lightning_cpp/core/strategy.h>
+#include <lightning_cpp/core/trainer_options.h>
+#include <lightning_cpp/plugins/environments/cluster_environment.h>
+#include <lightning_cpp/plugins/strategies/ddp/collective_watchdog.h>
+#include <lightning_cpp/plugins/strategies/ddp/distributed_data_parallel.h>
 
 namespace lt {
 

@@ -1,10 +1,9 @@
-// The strategies a config may name. Each strategy is added here, once, by an
-// explicit call (no self-registering statics); register_builtins() in
-// trainer/registry.cpp calls this function.
-#include "plugins/strategies/ddp.h"
-#include "plugins/strategies/strategy.h"
-#include "trainer/registry.h"
-#include "trainer/trainer_options.h"
+#include <lightning_cpp/plugins/strategies/registration.h>
+
+#include <lightning_cpp/core/registry.h>
+#include <lightning_cpp/core/trainer_options.h>
+#include <lightning_cpp/plugins/strategies/ddp.h>
+#include <lightning_cpp/plugins/strategies/single_device.h>
 
 namespace lt {
 
@@ -15,8 +14,7 @@ void register_builtin_strategies(Registry& registry) {
       [](const InitArgs& args) {
         std::string device = args.get_optional_string("device").value_or("");
         if (device.empty()) {
-          const std::string accelerator = args.trainer() ? args.trainer()->accelerator() : "cpu";
-          const bool cuda = accelerator == "cuda" || (accelerator == "auto" && torch::cuda::is_available());
+          const bool cuda = args.trainer() != nullptr && args.trainer()->device_type() == torch::kCUDA;
           device = cuda ? "cuda:0" : "cpu";
         }
         try {

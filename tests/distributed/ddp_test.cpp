@@ -15,10 +15,10 @@
 #include <sstream>
 #include <thread>
 
-#include "data/distributed_sampler.h"
-#include "plugins/strategies/ddp.h"
-#include "tests/support/multiprocess.h"
-#include "trainer/trainer.h"
+#include <lightning_cpp/data/distributed_sampler.h>
+#include <lightning_cpp/plugins/strategies/ddp.h>
+#include "support/multiprocess.h"
+#include <lightning_cpp/trainer/trainer.h>
 
 using lt::testing::env_int;
 using lt::testing::env_str;
@@ -54,7 +54,7 @@ class TinyNet : public lt::LightningModule {
   }
   void validation_step(const lt::Batch& batch, int64_t /*batch_idx*/) override {
     log("val_loss", torch::mse_loss(forward(batch.data, uses_branch(global_rank())), batch.target),
-        lt::LogOptions{.sync_dist = true});
+        lt::LogOptions().sync_dist(true));
   }
   lt::OptimizerConfig configure_optimizers() override {
     return std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(lr_));

@@ -13,14 +13,14 @@
 #include <iostream>
 #include <sstream>
 
-#include "callbacks/early_stopping.h"
-#include "callbacks/model_checkpoint.h"
-#include "plugins/join/join.h"
-#include "plugins/strategies/ddp.h"
-#include "plugins/strategies/ddp_join.h"
-#include "plugins/strategies/join_compatibility.h"
-#include "trainer/trainer.h"
-#include "tests/support/multiprocess.h"
+#include <lightning_cpp/callbacks/early_stopping.h>
+#include <lightning_cpp/callbacks/model_checkpoint.h>
+#include <lightning_cpp/plugins/join/join.h>
+#include <lightning_cpp/plugins/strategies/ddp.h>
+#include <lightning_cpp/plugins/strategies/ddp/join_compatibility.h>
+#include <lightning_cpp/plugins/strategies/ddp/join_context.h>
+#include <lightning_cpp/trainer/trainer.h>
+#include "support/multiprocess.h"
 
 using lt::testing::env_int;
 using lt::testing::env_str;
@@ -300,14 +300,14 @@ class JoinNet : public lt::LightningModule {
     torch::Tensor loss = torch::mse_loss(forward(batch.data), batch.target);
     if (log_value) {
       lt::LogOptions mean;
-      mean.sync_dist = true;
+      mean.sync_dist(true);
       log("value", static_cast<double>(global_rank() + 1), mean);
       lt::LogOptions max = mean;
-      max.reduce_fx = lt::ReduceOp::kMax;
+      max.reduce_fx(lt::ReduceOp::kMax);
       log("value_max", static_cast<double>(global_rank() + 1), max);
     } else {
       lt::LogOptions options;
-      options.sync_dist = true;
+      options.sync_dist(true);
       log("train_loss", loss, options);
     }
     return loss;

@@ -13,14 +13,14 @@
 #include <string>
 #include <vector>
 
-#include "data/data_loader.h"
-#include "data/distributed_sampler.h"
-#include "plugins/environments/cluster_environment.h"
-#include "plugins/environments/local.h"
-#include "plugins/environments/mpi.h"
-#include "plugins/environments/slurm.h"
-#include "plugins/environments/torchrun.h"
-#include "trainer/check.h"
+#include <lightning_cpp/core/check.h>
+#include <lightning_cpp/data/data_loader.h>
+#include <lightning_cpp/data/distributed_sampler.h>
+#include <lightning_cpp/plugins/environments/cluster_environment.h>
+#include <lightning_cpp/plugins/environments/local.h>
+#include <lightning_cpp/plugins/environments/mpi.h>
+#include <lightning_cpp/plugins/environments/slurm.h>
+#include <lightning_cpp/plugins/environments/torchrun.h>
 
 namespace {
 

@@ -1,7 +1,10 @@
 // Trains a tiny model with an installed lightning-cpp; prints the loss drop.
 #include <cstdio>
 
-#include "trainer/trainer.h"
+#include <lightning_cpp/trainer/trainer.h>
+
+#include "data/dataset.h"     // the consumer's own, not lightning-cpp's
+#include "trainer/trainer.h"  // likewise
 
 struct Regressor : lt::LightningModule {
   torch::nn::Linear fc{nullptr};
@@ -23,6 +26,9 @@ int main() {
   lt::Trainer trainer(lt::TrainerOptions().max_epochs(20));
   trainer.fit(model, data);
   const double after = torch::mse_loss(model->fc(x), y).item<double>();
-  std::printf("consumer: loss %.4f -> %.4f\n", before, after);
+  consumer::Dataset own_data{64};
+  consumer::Trainer own_trainer{20};
+  std::printf("consumer: loss %.4f -> %.4f (own headers: %d rows, %d epochs)\n", before, after, own_data.rows,
+              own_trainer.epochs);
   return after < 0.1 * before ? 0 : 1;
 }

@@ -1,4 +1,4 @@
-#include "tests/support/multiprocess.h"
+#include "support/multiprocess.h"
 
 #include <unistd.h>
 
@@ -8,7 +8,7 @@
 #include <iostream>
 #include <sstream>
 
-#include "trainer/check.h"
+#include <lightning_cpp/core/check.h>
 
 namespace lt::testing {
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "plugins/launchers/subprocess_script.h"
+#include <lightning_cpp/plugins/launchers/subprocess_script.h>
 
 namespace lt::testing {
 

@@ -2,7 +2,7 @@
 // worker function; otherwise gtest runs the tests.
 #include <gtest/gtest.h>
 
-#include "tests/support/multiprocess.h"
+#include "support/multiprocess.h"
 
 int main(int argc, char** argv) {
   if (lt::testing::is_worker_process()) return lt::testing::run_requested_worker();

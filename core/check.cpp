@@ -1,0 +1,14 @@
+#include <lightning_cpp/core/check.h>
+
+#include <c10/util/Exception.h>
+
+namespace lt {
+
+std::string error_message(const std::exception& e) {
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+  std::string what = c10_error != nullptr ? c10_error->what_without_backtrace() : e.what();
+  while (!what.empty() && (what.back() == '\n' || what.back() == ' ')) what.pop_back();
+  return what;
+}
+
+}  // namespace lt

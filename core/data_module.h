@@ -1,0 +1,27 @@
+#pragma once
+// lt::DataModule: where the data of a run comes from (Lightning's
+// LightningDataModule). Loaders are created on every rank; the strategy then
+// replaces their sampler (DDP shards the training set).
+
+#include <memory>
+
+#include <lightning_cpp/core/types.h>
+
+namespace lt {
+
+class DataLoader;  // data/data_loader.h: core names it only
+
+class DataModule {
+ public:
+  virtual ~DataModule() = default;
+  // Runs once per node before setup (downloads, decompression); rank-local.
+  virtual void prepare_data() {}
+  virtual void setup(Stage /*stage*/) {}
+  virtual std::shared_ptr<DataLoader> train_dataloader() { return nullptr; }
+  virtual std::shared_ptr<DataLoader> val_dataloader() { return nullptr; }
+  virtual std::shared_ptr<DataLoader> test_dataloader() { return nullptr; }
+  virtual std::shared_ptr<DataLoader> predict_dataloader() { return nullptr; }
+  virtual HParams hparams() const { return {}; }
+};
+
+}  // namespace lt

@@ -1,0 +1,52 @@
+#include <lightning_cpp/core/lightning_module.h>
+
+#include <lightning_cpp/core/check.h>
+#include <lightning_cpp/core/run_state.h>
+#include <lightning_cpp/core/strategy.h>
+
+namespace lt {
+
+torch::Tensor LightningModule::predict_step(const Batch& /*batch*/, int64_t /*batch_idx*/) {
+  LT_CHECK(false, "predict_step is not implemented by this LightningModule; override predict_step to predict");
+  return {};
+}
+
+void LightningModule::log(const std::string& name, const torch::Tensor& value, const LogOptions& options) {
+  LT_CHECK(runtime_.results != nullptr, "log('", name, "') called outside a Trainer run");
+  runtime_.results->log(name, value, options);
+}
+
+void LightningModule::log(const std::string& name, double value, const LogOptions& options) {
+  log(name, torch::tensor(value, torch::kDouble), options);
+}
+
+int64_t LightningModule::current_epoch() const { return runtime_.state ? runtime_.state->current_epoch : 0; }
+int64_t LightningModule::global_step() const { return runtime_.state ? runtime_.state->global_step : 0; }
+int64_t LightningModule::global_rank() const { return runtime_.strategy ? runtime_.strategy->global_rank() : 0; }
+int64_t LightningModule::world_size() const { return runtime_.strategy ? runtime_.strategy->world_size() : 1; }
+torch::Device LightningModule::device() const {
+  return runtime_.strategy ? runtime_.strategy->root_device() : torch::Device(torch::kCPU);
+}
+
+torch::optim::Optimizer& LightningModule::optimizer() {
+  LT_CHECK(runtime_.optimizer != nullptr && runtime_.optimizer->optimizer != nullptr,
+           "optimizer() is only available during fit, after configure_optimizers()");
+  return *runtime_.optimizer->optimizer;
+}
+
+LRScheduler* LightningModule::lr_scheduler() {
+  return runtime_.optimizer ? runtime_.optimizer->lr_scheduler.get() : nullptr;
+}
+
+void LightningModule::manual_backward(const torch::Tensor& loss) {
+  LT_CHECK(runtime_.strategy != nullptr, "manual_backward called outside a Trainer run");
+  runtime_.strategy->backward(loss, *this);
+}
+
+void LightningModule::optimizer_step() {
+  LT_CHECK(runtime_.strategy != nullptr && runtime_.state != nullptr, "optimizer_step called outside a Trainer run");
+  runtime_.strategy->optimizer_step(optimizer());
+  ++runtime_.state->global_step;
+}
+
+}  // namespace lt

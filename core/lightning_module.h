@@ -1,0 +1,134 @@
+#pragma once
+// lt::LightningModule: a torch::nn::Module that also says how it trains.
+// Subclass it (as `FooImpl` plus TORCH_MODULE(Foo) if you like holders),
+// implement training_step and configure_optimizers, and hand it to a Trainer.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include <lightning_cpp/core/lr_scheduler.h>
+#include <lightning_cpp/core/result_collection.h>
+#include <lightning_cpp/core/types.h>
+
+namespace lt {
+
+class Strategy;
+struct RunState;
+
+enum class Interval { kStep, kEpoch };
+
+struct OptimizerConfig {
+  OptimizerConfig() = default;
+  // Implicit on purpose: `return std::make_shared<torch::optim::SGD>(...);`
+  template <typename Opt, typename = std::enable_if_t<std::is_base_of_v<torch::optim::Optimizer, Opt>>>
+  OptimizerConfig(std::shared_ptr<Opt> optimizer,  // NOLINT
+                  std::shared_ptr<LRScheduler> lr_scheduler = nullptr, Interval interval = Interval::kEpoch,
+                  int64_t frequency = 1)
+      : optimizer(std::move(optimizer)),
+        lr_scheduler(std::move(lr_scheduler)),
+        interval(interval),
+        frequency(frequency) {}
+  std::shared_ptr<torch::optim::Optimizer> optimizer;
+  std::shared_ptr<LRScheduler> lr_scheduler;
+  Interval interval = Interval::kEpoch;
+  int64_t frequency = 1;
+};
+
+// What the module tells the DDP strategy about collectives it issues itself,
+// so uneven inputs under Join can be checked before the first step.
+struct ModuleCollectives {
+  // Collectives in forward (SyncBatchNorm, model-parallel layers...).
+  bool in_forward = false;
+  // Collectives issued directly in training_step/validation_step.
+  bool in_steps = false;
+  // Manual optimization: the module lists what its step does collectively
+  // (true = "I issue none beyond manual_backward's gradient sync").
+  bool manual_declared = false;
+};
+
+class LightningModule : public torch::nn::Module {
+ public:
+  LightningModule() = default;
+  ~LightningModule() override = default;
+
+  // -- steps ---------------------------------------------------------------
+  virtual torch::Tensor training_step(const Batch& batch, int64_t batch_idx) = 0;
+  virtual void validation_step(const Batch& /*batch*/, int64_t /*batch_idx*/) {}
+  virtual void test_step(const Batch& /*batch*/, int64_t /*batch_idx*/) {}
+  virtual torch::Tensor predict_step(const Batch& batch, int64_t batch_idx);
+  virtual OptimizerConfig configure_optimizers() = 0;
+
+  // Whether the module implements validation_step / test_step (no loop runs otherwise).
+  virtual bool has_validation_step() const { return true; }
+  virtual bool has_test_step() const { return true; }
+
+  // -- hooks ---------------------------------------------------------------
+  virtual void on_fit_start() {}
+  virtual void on_fit_end() {}
+  virtual void on_train_start() {}
+  virtual void on_train_end() {}
+  virtual void on_train_epoch_start() {}
+  virtual void on_train_epoch_end() {}
+  virtual void on_train_batch_start(const Batch& /*batch*/, int64_t /*batch_idx*/) {}
+  virtual void on_train_batch_end(const torch::Tensor& /*loss*/, const Batch& /*batch*/, int64_t /*batch_idx*/) {}
+  virtual void on_validation_epoch_start() {}
+  virtual void on_validation_epoch_end() {}
+  virtual void on_test_epoch_start() {}
+  virtual void on_test_epoch_end() {}
+  virtual void on_before_backward(const torch::Tensor& /*loss*/) {}
+  virtual void on_after_backward() {}
+  virtual void on_before_optimizer_step(torch::optim::Optimizer& /*optimizer*/) {}
+  virtual void on_before_zero_grad(torch::optim::Optimizer& /*optimizer*/) {}
+  virtual void on_save_checkpoint(StateDict& /*checkpoint*/) {}
+  virtual void on_load_checkpoint(const StateDict& /*checkpoint*/) {}
+
+  // -- logging ---------------------------------------------------------------
+  void log(const std::string& name, const torch::Tensor& value, const LogOptions& options = {});
+  void log(const std::string& name, double value, const LogOptions& options = {});
+
+  // -- run information (valid while a Trainer runs this module) --------------
+  int64_t current_epoch() const;
+  int64_t global_step() const;
+  int64_t global_rank() const;
+  int64_t world_size() const;
+  torch::Device device() const;
+
+  // -- manual optimization ---------------------------------------------------
+  bool automatic_optimization() const { return automatic_optimization_; }
+  void set_automatic_optimization(bool automatic) { automatic_optimization_ = automatic; }
+  torch::optim::Optimizer& optimizer();
+  LRScheduler* lr_scheduler();
+  // Backward through the strategy (DDP gradient sync); use instead of loss.backward().
+  void manual_backward(const torch::Tensor& loss);
+  // Steps optimizer() through the strategy and counts a global step.
+  void optimizer_step();
+
+  // -- declarations ------------------------------------------------------------
+  HParams& hparams() { return hparams_; }
+  const HParams& hparams() const { return hparams_; }
+  ModuleCollectives& collectives() { return collectives_; }
+  const ModuleCollectives& collectives() const { return collectives_; }
+
+  // Set by the Trainer for the duration of a run.
+  struct Runtime {
+    RunState* state = nullptr;
+    Strategy* strategy = nullptr;
+    ResultCollection* results = nullptr;
+    OptimizerConfig* optimizer = nullptr;
+  };
+  void attach(const Runtime& runtime) { runtime_ = runtime; }
+  void detach() { runtime_ = Runtime{}; }
+  const Runtime& runtime() const { return runtime_; }
+
+ private:
+  Runtime runtime_;
+  HParams hparams_;
+  ModuleCollectives collectives_;
+  bool automatic_optimization_ = true;
+};
+
+}  // namespace lt

@@ -1,0 +1,25 @@
+#pragma once
+// Logger interface (Lightning's Logger): metrics by step, hyperparameters once.
+// Only rank 0 logs; the Trainer does not call loggers on other ranks.
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include <lightning_cpp/core/types.h>
+
+namespace lt {
+
+class Logger {
+ public:
+  virtual ~Logger() = default;
+  virtual std::string name() const = 0;
+  virtual void log_metrics(const std::map<std::string, double>& metrics, int64_t step) = 0;
+  virtual void log_hyperparams(const HParams& /*params*/) {}
+  virtual void save() {}
+  virtual void finalize(const std::string& /*status*/) {}
+  // Folder for this run's files (metrics, checkpoints); empty if none.
+  virtual std::string log_dir() const { return {}; }
+};
+
+}  // namespace lt

@@ -1,0 +1,41 @@
+#pragma once
+// The one channel for lightning-cpp's messages to the user: warnings
+// (stderr, each text once per process) on every rank (warn) or on rank 0
+// only (rank_zero_warn, Lightning's), and rank-zero info lines (stdout).
+// The rank comes from the environment every launcher sets (RANK,
+// SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK), so these work before any
+// process group exists, and print in a single process and in the
+// supervisor of a local spawn.
+//
+//   lt::rank_zero_info("launching ", n, " workers");
+
+#include <cstdint>
+#include <string>
+
+#include <c10/util/StringUtil.h>
+
+namespace lt {
+
+// This process's global rank as the environment tells it (0 when none does).
+int64_t rank_zero_env_rank();
+
+void rank_zero_info_message(const std::string& message);   // stdout, on rank 0
+void warn_message(const std::string& message);             // stderr, each text once
+
+template <typename... Args>
+void rank_zero_info(const Args&... args) {
+  if (rank_zero_env_rank() == 0) rank_zero_info_message(c10::str(args...));
+}
+
+// On every rank; say which rank in the text where it matters.
+template <typename... Args>
+void warn(const Args&... args) {
+  warn_message(c10::str(args...));
+}
+
+template <typename... Args>
+void rank_zero_warn(const Args&... args) {
+  if (rank_zero_env_rank() == 0) warn_message(c10::str(args...));
+}
+
+}  // namespace lt

@@ -1,0 +1,33 @@
+#pragma once
+// The run's state in one small struct: the Trainer owns it, loops update it,
+// callbacks read it (and set should_stop). Checkpoints save the counters.
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include <lightning_cpp/core/types.h>
+
+namespace lt {
+
+struct RunState {
+  Stage stage = Stage::kNone;
+  int64_t current_epoch = 0;
+  int64_t global_step = 0;  // optimizer steps taken (Lightning's global_step)
+  int64_t batch_idx = 0;    // index of the current batch in the epoch
+  int64_t num_training_batches = 0;
+  int64_t skipped_steps = 0;  // optimizer steps skipped for non-finite gradients
+  bool should_stop = false;
+  int interrupted_by = 0;  // the signal that stopped the run, if any (trainer/signals.h)
+  bool sanity_checking = false;
+  // True from the end of the epoch loop until current_epoch is advanced: a
+  // checkpoint written then resumes at the next epoch.
+  bool epoch_ended = false;
+  // Latest value of each logged metric (step or epoch), what monitors read.
+  std::map<std::string, double> callback_metrics;
+  // What went to the logger at the last log call.
+  std::map<std::string, double> logged_metrics;
+  std::map<std::string, double> progress_bar_metrics;
+};
+
+}  // namespace lt

@@ -1,0 +1,45 @@
+#include <lightning_cpp/core/strategy.h>
+
+#include <lightning_cpp/core/lightning_module.h>
+
+namespace lt {
+
+void Strategy::setup(LightningModule& module) { module.to(root_device()); }
+
+Batch Strategy::batch_to_device(Batch batch) const {
+  const torch::Device device = root_device();
+  batch.data = batch.data.to(device);
+  if (batch.target.defined()) batch.target = batch.target.to(device);
+  return batch;
+}
+
+torch::Tensor Strategy::training_step(LightningModule& module, const Batch& batch, int64_t batch_idx) {
+  return module.training_step(batch, batch_idx);
+}
+
+void Strategy::backward(const torch::Tensor& loss, LightningModule& /*module*/) { loss.backward(); }
+
+void Strategy::optimizer_step(torch::optim::Optimizer& optimizer) { optimizer.step(); }
+
+std::unique_ptr<TrainingEpochContext> Strategy::training_epoch_context(LightningModule& /*module*/,
+                                                                       const EpochPlan& plan) {
+  return std::make_unique<TrainingEpochContext>(plan);
+}
+
+torch::Tensor zero_loss(const torch::nn::Module& module, torch::Device device) {
+  torch::Tensor zero = torch::zeros({}, device);
+  for (const auto& p : module.parameters()) {
+    if (p.requires_grad()) zero = zero + (p * 0).sum();
+  }
+  return zero;
+}
+
+torch::Tensor Strategy::reduce(const torch::Tensor& tensor, ReduceOp /*op*/) { return tensor; }
+
+torch::Tensor Strategy::all_gather(const torch::Tensor& tensor) { return tensor.unsqueeze(0); }
+
+torch::Tensor Strategy::broadcast(const torch::Tensor& tensor, int64_t /*src*/) { return tensor; }
+
+bool Strategy::reduce_boolean_decision(bool decision, bool /*all*/) { return decision; }
+
+}  // namespace lt

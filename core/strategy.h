@@ -1,0 +1,131 @@
+#pragma once
+// Strategy: owns everything parallel. Loops call it for the training step,
+// backward, optimizer step, collectives and the per-epoch context; they never
+// touch c10d themselves.
+
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include <lightning_cpp/core/join_support.h>
+#include <lightning_cpp/core/types.h>
+
+namespace lt {
+
+class LightningModule;
+struct TrainerOptions;
+class Callback;
+class DataLoader;
+
+// One training epoch as a rank sees it.
+struct EpochPlan {
+  int64_t num_batches = 0;  // this rank's batches (after limit_train_batches)
+  int64_t accumulate_grad_batches = 1;
+  const TrainerOptions* options = nullptr;  // the run's options (e.g. the join_* settings)
+};
+
+// RAII guard around one micro-batch (DDP: no_sync on accumulation micro-batches).
+class BatchGuard {
+ public:
+  virtual ~BatchGuard() = default;
+};
+
+// The context a strategy gives the training epoch loop for one epoch.
+// Iterations [0, num_batches) are real micro-batches; iterations
+// [num_batches, num_iterations()) are zero-loss micro-batches a strategy may
+// ask for so that this rank completes its last accumulation window together
+// with the other ranks (see plugins/strategies/ddp.h).
+class TrainingEpochContext {
+ public:
+  explicit TrainingEpochContext(EpochPlan plan) : plan_(plan) {}
+  virtual ~TrainingEpochContext() = default;
+  const EpochPlan& plan() const { return plan_; }
+  virtual int64_t num_iterations() const { return plan_.num_batches; }
+  // `sync_gradients` is false on accumulation micro-batches.
+  virtual std::unique_ptr<BatchGuard> batch(int64_t /*iteration*/, bool /*sync_gradients*/) { return nullptr; }
+  // After the iteration's optimization (backward, optimizer step), before the
+  // guard is released and the batch-end hooks run. May run collectives (Join:
+  // the micro-batch's sync_dist logging reduction).
+  virtual void end_batch(int64_t /*iteration*/) {}
+  // Whether every rank stops at this optimizer-step boundary, given this
+  // rank's wish (a signal); asked at each boundary and once more after
+  // finish(). A strategy whose ranks must stay in lockstep agrees on the
+  // step across ranks; under Join a rank may simply leave early.
+  virtual bool stop_requested(bool local) { return local; }
+  // After the last iteration, before epoch-end validation and hooks. May run
+  // collectives (Join: shadow the ranks still training, then post hooks).
+  virtual void finish() {}
+
+ private:
+  EpochPlan plan_;
+};
+
+// Everything in a run that the strategy may need to judge (Join compatibility).
+struct FeatureSet {
+  const TrainerOptions* options = nullptr;
+  const LightningModule* module = nullptr;
+  std::vector<const Callback*> callbacks;
+  bool has_validation = false;
+  bool scheduler_per_step = false;
+  bool logs_sync_dist = false;
+};
+
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+  virtual std::string name() const = 0;
+
+  // -- lifecycle ---------------------------------------------------------------
+  // First thing in fit/validate/test/predict: process groups, launching workers.
+  virtual void setup_environment(const TrainerOptions& /*options*/) {}
+  // Moves the module to root_device() and wraps it (DDP).
+  virtual void setup(LightningModule& module);
+  virtual void teardown() {}
+  // The end of a successful fit, on every rank (DDP: waits for the others).
+  virtual void on_train_end() {}
+  // The run failed with `e` (called from the Trainer's catch block). Returns
+  // what the run ends with: the original (std::current_exception()) or a
+  // report of every rank's part in it (DDP).
+  virtual std::exception_ptr on_exception(const std::exception& /*e*/) { return std::current_exception(); }
+  virtual torch::Device root_device() const { return torch::kCPU; }
+  virtual int64_t global_rank() const { return 0; }
+  virtual int64_t local_rank() const { return 0; }
+  virtual int64_t world_size() const { return 1; }
+  bool is_global_zero() const { return global_rank() == 0; }
+  // Checks what the run uses before the first step; throws lt::Error listing every problem.
+  virtual void check_features(const FeatureSet& /*features*/) {}
+
+  // -- data --------------------------------------------------------------------
+  // Replaces the loader's sampler where the strategy shards data.
+  virtual void process_dataloader(DataLoader& /*loader*/, Stage /*stage*/, const TrainerOptions& /*options*/) {}
+
+  // Moves a batch (data and, where defined, target) to root_device().
+  virtual Batch batch_to_device(Batch batch) const;
+
+  // -- training ----------------------------------------------------------------
+  virtual torch::Tensor training_step(LightningModule& module, const Batch& batch, int64_t batch_idx);
+  virtual void backward(const torch::Tensor& loss, LightningModule& module);
+  virtual void optimizer_step(torch::optim::Optimizer& optimizer);
+  virtual std::unique_ptr<TrainingEpochContext> training_epoch_context(LightningModule& module,
+                                                                       const EpochPlan& plan);
+
+  // -- collectives (identity in one process) -------------------------------------
+  virtual torch::Tensor reduce(const torch::Tensor& tensor, ReduceOp op = ReduceOp::kMean);
+  // Stacks every rank's tensor along a new leading dimension.
+  virtual torch::Tensor all_gather(const torch::Tensor& tensor);
+  virtual torch::Tensor broadcast(const torch::Tensor& tensor, int64_t src = 0);
+  virtual void barrier(const std::string& /*name*/ = {}) {}
+  // all=true: true iff every rank decided true; all=false: true iff any did.
+  virtual bool reduce_boolean_decision(bool decision, bool all = true);
+};
+
+// sum(p * 0) over the module's trainable parameters: a zero loss whose graph
+// reaches every parameter, so a DDP reducer sees every gradient ready and
+// reduces what was accumulated, adding nothing (padding micro-batches).
+torch::Tensor zero_loss(const torch::nn::Module& module, torch::Device device);
+
+}  // namespace lt

@@ -1,0 +1,92 @@
+#pragma once
+// lt::TrainerOptions: Lightning's Trainer arguments as a LibTorch-style
+// options struct, e.g. lt::TrainerOptions().max_epochs(10).accumulate_grad_batches(4).
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <c10/core/DeviceType.h>
+#include <torch/arg.h>
+
+#include <lightning_cpp/core/types.h>
+
+namespace lt {
+
+class Callback;
+class Logger;
+class Strategy;
+
+enum class GradientClipAlgorithm { kNorm, kValue };
+
+// What the DDP strategy does when ranks would get different numbers of batches.
+enum class UnevenInputs {
+  kJoin,   // no padding; Join keeps the collectives matched (see plugins/join)
+  kPad,    // PyTorch DistributedSampler padding: repeat samples so shards are even
+  kError,  // refuse before training if shard sizes differ
+};
+
+// What the training loop does when the loss or a gradient is NaN or infinite.
+enum class NonFinitePolicy {
+  kIgnore,    // step anyway (PyTorch's and Lightning's behaviour)
+  kSkipStep,  // drop the window's gradients and skip the optimizer step
+  kError,     // stop with the epoch, batch, step and the first parameter affected
+};
+
+struct TrainerOptions {
+  // -1 with max_steps == -1 means 1000 epochs, as in Lightning.
+  TORCH_ARG(int64_t, max_epochs) = -1;
+  TORCH_ARG(int64_t, max_steps) = -1;
+  TORCH_ARG(int64_t, accumulate_grad_batches) = 1;
+  // 0 disables clipping.
+  TORCH_ARG(double, gradient_clip_val) = 0.0;
+  TORCH_ARG(GradientClipAlgorithm, gradient_clip_algorithm) = GradientClipAlgorithm::kNorm;
+  // A fraction of the training epoch, or a number of training batches.
+  TORCH_ARG(FractionOrCount, val_check_interval) = 1.0;
+  TORCH_ARG(int64_t, check_val_every_n_epoch) = 1;
+  TORCH_ARG(FractionOrCount, limit_train_batches) = 1.0;
+  TORCH_ARG(FractionOrCount, limit_val_batches) = 1.0;
+  TORCH_ARG(FractionOrCount, limit_test_batches) = 1.0;
+  TORCH_ARG(FractionOrCount, limit_predict_batches) = 1.0;
+  TORCH_ARG(int64_t, num_sanity_val_steps) = 2;
+  TORCH_ARG(std::optional<uint64_t>, seed) = std::nullopt;
+  TORCH_ARG(bool, deterministic) = false;
+  TORCH_ARG(std::string, default_root_dir) = ".";
+  TORCH_ARG(std::vector<std::shared_ptr<Callback>>, callbacks) = {};
+  TORCH_ARG(std::shared_ptr<Logger>, logger) = nullptr;
+  // nullptr: single device ("cpu", or "cuda:0" with accelerator "cuda").
+  TORCH_ARG(std::shared_ptr<Strategy>, strategy) = nullptr;
+  TORCH_ARG(std::string, accelerator) = "cpu";
+  TORCH_ARG(int64_t, devices) = 1;
+  TORCH_ARG(int64_t, num_nodes) = 1;
+  TORCH_ARG(UnevenInputs, uneven_inputs) = UnevenInputs::kJoin;
+  // Join (uneven_inputs kJoin), as PyTorch's Join / DDP.join arguments:
+  // enable=false trains without Join (uneven batch counts are then an error);
+  // throw_on_early_termination: every rank throws EarlyTerminationError at the
+  // first iteration some rank does not have; divide_by_initial_world_size=false
+  // averages each window's gradient over the ranks with data in it.
+  TORCH_ARG(bool, join_enable) = true;
+  TORCH_ARG(bool, join_throw_on_early_termination) = false;
+  TORCH_ARG(bool, join_divide_by_initial_world_size) = true;
+  TORCH_ARG(int64_t, log_every_n_steps) = 50;
+  // Checked after gradients are synchronized, so under DDP every rank decides alike.
+  TORCH_ARG(NonFinitePolicy, on_nonfinite) = NonFinitePolicy::kError;
+  // Stop at the next step boundary on SIGINT/SIGTERM and write interrupted.ckpt (trainer/signals.h).
+  TORCH_ARG(bool, handle_signals) = true;
+  TORCH_ARG(bool, enable_progress_bar) = true;
+
+
+ public:
+  // Checks every value; throws lt::ValueError naming the option and the valid range.
+  void validate() const;
+  // The device type `accelerator` names: cpu; cuda; auto = cuda where
+  // available, else cpu. The one place that reads accelerator.
+  c10::DeviceType device_type() const;
+  // max_epochs after Lightning's defaulting (-1 and no max_steps: 1000).
+  int64_t resolved_max_epochs() const { return max_epochs() == -1 && max_steps() == -1 ? 1000 : max_epochs(); }
+};
+
+}  // namespace lt

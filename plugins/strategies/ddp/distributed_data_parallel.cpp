@@ -1,0 +1,321 @@
+#include <lightning_cpp/plugins/strategies/ddp/distributed_data_parallel.h>
+
+#include <limits>
+#include <unordered_map>
+#include <unordered_set>
+
+// Needs torch/csrc/distributed/autograd/context/context.h, which some
+// LibTorch packages lack: see plugins/strategies/c10d_compat/.
+#include <torch/csrc/distributed/c10d/comm.hpp>
+#include <torch/csrc/distributed/c10d/reducer.hpp>
+
+#include <lightning_cpp/core/check.h>
+
+namespace lt {
+
+namespace {
+
+// PyTorch's _DDPJoinHook.
+class DDPJoinHook : public JoinHook {
+ public:
+  explicit DDPJoinHook(DistributedDataParallel& ddp) : ddp_(ddp) {}
+
+  // Shadows one iteration of pre_forward/post_forward/backward of the ranks
+  // still training (see the order in distributed_data_parallel.h).
+  void main_hook() override {
+    // Buckets are rebuilt only once during a training period.
+    ddp_.rebuild_buckets();
+    ddp_.check_and_sync_module_buffers();
+    torch::Tensor flag;
+    auto work = ddp_.check_global_requires_backward_grad_sync(/*is_joined_rank=*/true, &flag);
+    work->wait();
+    const bool should_sync_backwards = flag.item<double>() != 0.0;
+    // Forward parameter sync is off in the next iteration if this one skips
+    // gradient sync.
+    ddp_.set_require_forward_param_sync(should_sync_backwards);
+    if (!should_sync_backwards) return;
+    ddp_.match_all_reduce_for_bwd_pass();
+    if (ddp_.options().find_unused_parameters()) ddp_.match_unused_params_allreduce();
+    // Rebuilt parameters are pushed only once during a training period.
+    ddp_.push_rebuilt_params_for_all_indices();
+  }
+
+  void post_hook(bool is_last_joiner) override { ddp_.sync_final_model(is_last_joiner); }
+
+ private:
+  DistributedDataParallel& ddp_;
+};
+
+// The Reducer's checks throw c10::Error, whose what() carries a C++
+// backtrace; users get the message alone, with the rank.
+template <typename F>
+void rethrow_with_rank(int64_t rank, const char* where, F&& body) {
+  try {
+    body();
+  } catch (const c10::Error& e) {
+    throw Error(c10::str("DistributedDataParallel (rank ", rank, ", ", where, "): ", e.what_without_backtrace()));
+  }
+}
+
+}  // namespace
+
+DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Module> module,
+                                                 c10::intrusive_ptr<c10d::ProcessGroup> process_group,
+                                                 DistributedDataParallelOptions options)
+    : module_(std::move(module)), process_group_(std::move(process_group)), options_(options) {
+  LT_CHECK(module_ != nullptr, "DistributedDataParallel: the module is null");
+  LT_CHECK(process_group_, "DistributedDataParallel: the process group is null");
+  LT_CHECK(options_.bucket_cap_mb() > 0, "DistributedDataParallel: bucket_cap_mb must be > 0, got ",
+           options_.bucket_cap_mb());
+  rank_ = process_group_->getRank();
+  world_size_ = process_group_->getSize();
+
+  // The Reducer's parameters: those that require grad, each once (a module
+  // may share a parameter between submodules), in named_parameters order.
+  std::unordered_map<size_t, std::string> param_names;
+  std::unordered_set<const c10::TensorImpl*> seen;
+  for (const auto& item : module_->named_parameters(/*recurse=*/true)) {
+    const torch::Tensor& p = item.value();
+    if (!p.requires_grad() || !seen.insert(p.unsafeGetTensorImpl()).second) continue;
+    param_names[parameters_.size()] = item.key();
+    parameters_.push_back(p);
+  }
+  LT_CHECK(!parameters_.empty(),
+           "DistributedDataParallel: the module has no parameter that requires a gradient; there is nothing to "
+           "synchronize");
+  device_ = parameters_.front().device();
+  for (const auto& p : parameters_) {
+    LT_CHECK(p.device() == device_, "DistributedDataParallel: every parameter must be on one device; found ",
+             device_, " and ", p.device());
+  }
+
+  // Same parameter shapes on every rank (a clear error instead of a hang),
+  // then everyone starts from rank 0's parameters and buffers.
+  c10d::verify_params_across_processes(process_group_, parameters_, c10::nullopt);
+  {
+    torch::NoGradGuard no_grad;
+    auto states = module_states();
+    if (!states.empty()) c10d::broadcast_coalesced(process_group_, states, kBroadcastBucketBytes, 0);
+  }
+
+  // PyTorch 1.13: without find_unused_parameters the first iteration runs
+  // with a single bucket, because parameter order may not match the order
+  // in which gradients become ready; buckets are rebuilt from the observed
+  // order after it. With find_unused_parameters buckets are never rebuilt.
+  const size_t cap = static_cast<size_t>(options_.bucket_cap_mb() * 1024.0 * 1024.0);
+  std::vector<size_t> limits;
+  if (options_.find_unused_parameters()) {
+    limits = {static_cast<size_t>(c10d::kDefaultFirstBucketBytes), cap};
+  } else {
+    limits = {static_cast<size_t>(std::numeric_limits<int64_t>::max())};
+  }
+  const std::vector<bool> expect_sparse(parameters_.size(), false);
+  auto [buckets, per_bucket_limits] = c10d::compute_bucket_assignment_by_size(parameters_, limits, expect_sparse);
+  // Reversed: gradients of the last layers are ready first.
+  std::reverse(buckets.begin(), buckets.end());
+  std::reverse(per_bucket_limits.begin(), per_bucket_limits.end());
+  reducer_ = std::make_shared<c10d::Reducer>(parameters_, std::move(buckets), std::move(per_bucket_limits),
+                                             process_group_, expect_sparse, static_cast<int64_t>(cap),
+                                             options_.find_unused_parameters(), options_.gradient_as_bucket_view(),
+                                             std::move(param_names), c10d::kDefaultFirstBucketBytes);
+}
+
+DistributedDataParallel::~DistributedDataParallel() {
+  if (grad_sync_work_) {
+    try {
+      grad_sync_work_->wait();
+    } catch (const std::exception&) {
+      // Destroying after a failed step: the error has been reported already.
+    }
+  }
+}
+
+std::vector<torch::Tensor> DistributedDataParallel::module_buffers() const {
+  std::vector<torch::Tensor> out;
+  for (const auto& b : module_->buffers(/*recurse=*/true)) {
+    if (b.defined()) out.push_back(b);
+  }
+  return out;
+}
+
+std::vector<torch::Tensor> DistributedDataParallel::module_states() const {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : module_->parameters(/*recurse=*/true)) out.push_back(p.detach());
+  for (const auto& b : module_buffers()) out.push_back(b.detach());
+  return out;
+}
+
+void DistributedDataParallel::pre_forward() {
+  rethrow_with_rank(rank_, "forward", [&] { pre_forward_impl(); });
+}
+
+void DistributedDataParallel::pre_forward_impl() {
+  const bool grad_enabled = torch::GradMode::is_enabled();
+  if (grad_enabled && require_backward_grad_sync_) {
+    ++num_iterations_;
+    reducer_->prepare_for_forward();
+  }
+  // Tell an active Join context that this rank has not joined (heartbeat).
+  if (auto work = Join::notify_join_context(*this)) {
+    reducer_->set_forward_pass_work_handle(work, options_.divide_by_initial_world_size());
+  }
+  // Before the forward's allocations, to keep the peak memory down; once.
+  if (grad_enabled && rebuild_buckets()) has_rebuilt_buckets_ = true;
+  if (will_sync_module_buffers()) sync_buffers();
+  if (join_config().enable) {
+    // Joined ranks learn from this whether the backward reduces gradients.
+    grad_sync_work_ = check_global_requires_backward_grad_sync(/*is_joined_rank=*/false);
+  }
+}
+
+void DistributedDataParallel::post_forward(const std::vector<torch::Tensor>& outputs, bool prepare_for_backward) {
+  if (torch::GradMode::is_enabled() && require_backward_grad_sync_) {
+    require_forward_param_sync_ = true;
+    if (prepare_for_backward) {
+      std::vector<torch::Tensor> defined;
+      if (options_.find_unused_parameters()) {
+        for (const auto& t : outputs) {
+          if (t.defined()) defined.push_back(t);
+        }
+      }
+      rethrow_with_rank(rank_, "forward", [&] { reducer_->prepare_for_backward(defined); });
+    }
+  } else {
+    require_forward_param_sync_ = false;
+  }
+  if (grad_sync_work_) {
+    grad_sync_work_->wait();
+    grad_sync_work_.reset();
+  }
+}
+
+torch::Tensor DistributedDataParallel::forward(const std::function<torch::Tensor()>& fn) {
+  pre_forward();
+  torch::Tensor out = fn();
+  post_forward({out});
+  return out;
+}
+
+void DistributedDataParallel::prepare_for_backward(const std::vector<torch::Tensor>& outputs) {
+  if (torch::GradMode::is_enabled() && require_backward_grad_sync_) {
+    require_forward_param_sync_ = true;
+    std::vector<torch::Tensor> defined;
+    if (options_.find_unused_parameters()) {
+      for (const auto& t : outputs) {
+        if (t.defined()) defined.push_back(t);
+      }
+    }
+    rethrow_with_rank(rank_, "backward", [&] {
+      if (rebuild_buckets()) has_rebuilt_buckets_ = true;
+      reducer_->prepare_for_backward(defined);
+    });
+  } else {
+    require_forward_param_sync_ = false;
+  }
+}
+
+bool DistributedDataParallel::will_sync_module_buffers() const {
+  return require_forward_param_sync_ && options_.broadcast_buffers() && !module_buffers().empty();
+}
+
+void DistributedDataParallel::sync_buffers() {
+  torch::NoGradGuard no_grad;
+  // Under Join, rank 0 may have joined already and hold stale buffers: the
+  // highest active rank is the authority instead.
+  const int64_t authoritative = join_config().enable ? find_common_rank(rank_, true) : 0;
+  sync_module_buffers(authoritative);
+}
+
+void DistributedDataParallel::check_and_sync_module_buffers() {
+  if (!will_sync_module_buffers()) return;
+  const int64_t authoritative = find_common_rank(rank_, false);
+  sync_module_buffers(authoritative);
+}
+
+void DistributedDataParallel::sync_module_buffers(int64_t authoritative_rank) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> buffers;
+  for (const auto& b : module_buffers()) buffers.push_back(b.detach());
+  if (buffers.empty()) return;
+  // Synchronous: waits for every broadcast it issues.
+  c10d::broadcast_coalesced(process_group_, buffers, kBroadcastBucketBytes, static_cast<int>(authoritative_rank));
+}
+
+int64_t DistributedDataParallel::find_common_rank(int64_t input_rank, bool rank_cond) {
+  // -1: this rank is not a candidate.
+  std::vector<torch::Tensor> t{torch::full({1}, rank_cond ? input_rank : -1,
+                                           torch::TensorOptions().dtype(torch::kLong).device(device_))};
+  c10d::AllreduceOptions opts;
+  opts.reduceOp = c10d::ReduceOp::MAX;
+  process_group_->allreduce(t, opts)->wait();
+  const int64_t common = t[0].item<int64_t>();
+  LT_CHECK(common != -1, "DistributedDataParallel (rank ", rank_,
+           "): no rank was a candidate for the common rank; this is a bug in the Join bookkeeping");
+  return common;
+}
+
+c10::intrusive_ptr<c10d::Work> DistributedDataParallel::check_global_requires_backward_grad_sync(
+    bool is_joined_rank, torch::Tensor* result) {
+  const bool sync = !is_joined_rank && require_backward_grad_sync_;
+  std::vector<torch::Tensor> t{sync ? torch::ones({1}, torch::TensorOptions().device(device_))
+                                    : torch::zeros({1}, torch::TensorOptions().device(device_))};
+  if (result != nullptr) *result = t[0];
+  return process_group_->allreduce(t);
+}
+
+void DistributedDataParallel::match_all_reduce_for_bwd_pass() {
+  // The Reducer's bucket order (rebuilt or not) with zeros of each bucket's
+  // shape: a joined rank contributes nothing to the sum.
+  std::vector<c10d::GradBucket> buckets = reducer_->get_grad_buckets(/*return_zero_tensors=*/true);
+  std::vector<c10::intrusive_ptr<c10::ivalue::Future>> futures;
+  futures.reserve(buckets.size());
+  for (auto& bucket : buckets) futures.push_back(reducer_->run_comm_hook(bucket));
+  for (auto& future : futures) {
+    future->wait();
+    if (future->hasError()) future->value();  // rethrows the collective's error
+  }
+}
+
+void DistributedDataParallel::match_unused_params_allreduce() {
+  std::vector<torch::Tensor> t{reducer_->get_local_used_map_on_device()};
+  process_group_->allreduce(t)->wait();
+}
+
+void DistributedDataParallel::sync_final_model(bool is_last_joiner) {
+  // The last rank to join holds the final model; ties go to the larger rank.
+  const int64_t authoritative = find_common_rank(rank_, is_last_joiner);
+  torch::NoGradGuard no_grad;
+  auto states = module_states();
+  if (!states.empty()) {
+    c10d::broadcast_coalesced(process_group_, states, kBroadcastBucketBytes, static_cast<int>(authoritative));
+  }
+}
+
+bool DistributedDataParallel::rebuild_buckets() { return reducer_->rebuild_buckets(); }
+
+void DistributedDataParallel::push_rebuilt_params_for_all_indices() {
+  reducer_->push_rebuilt_params_for_all_indices();
+}
+
+void DistributedDataParallel::detach_gradient_views() {
+  if (!options_.gradient_as_bucket_view()) return;
+  for (auto& p : parameters_) {
+    if (p.grad().defined() && p.grad().is_view()) p.mutable_grad() = p.grad().detach();
+  }
+}
+
+std::unique_ptr<JoinHook> DistributedDataParallel::join_hook() { return std::make_unique<DDPJoinHook>(*this); }
+
+std::vector<std::vector<int64_t>> DistributedDataParallel::bucket_indices() const {
+  std::unordered_map<const c10::TensorImpl*, int64_t> index;
+  for (size_t i = 0; i < parameters_.size(); ++i) index[parameters_[i].unsafeGetTensorImpl()] = static_cast<int64_t>(i);
+  std::vector<std::vector<int64_t>> out;
+  for (const auto& bucket : reducer_->get_grad_buckets(/*return_zero_tensors=*/true)) {
+    std::vector<int64_t> ids;
+    for (const auto& p : bucket.getParameters()) ids.push_back(index.at(p.unsafeGetTensorImpl()));
+    out.push_back(std::move(ids));
+  }
+  return out;
+}
+
+}  // namespace lt

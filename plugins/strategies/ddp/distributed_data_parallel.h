@@ -1,0 +1,217 @@
+#pragma once
+// DistributedDataParallel: PyTorch 1.13's torch.nn.parallel.DistributedDataParallel
+// for one LibTorch module, on c10d::Reducer (the same C++ reducer Python DDP
+// uses: autograd hooks on the parameters' gradient accumulators copy each
+// ready gradient into its bucket, and a full bucket is allreduced while
+// backward goes on).
+//
+//   lt::DistributedDataParallel ddp(module, process_group);
+//   ddp.pre_forward();
+//   auto loss = module->forward(x) ...;
+//   ddp.post_forward({loss});        // or: auto loss = ddp.forward([&] { return ...; });
+//   loss.backward();                 // gradients arrive averaged over the ranks
+//
+// Construction (collective, every rank): verify_params_across_processes
+// (allgather of the parameter shapes), then broadcast_coalesced of every
+// parameter and buffer from rank 0, then the Reducer with one bucket for the
+// first iteration (find_unused_parameters=false; PyTorch does the same) or
+// [1 MiB, bucket_cap_mb...] buckets (find_unused_parameters=true).
+//
+// Collectives of one iteration, in this order (PyTorch 1.13's forward):
+//   pre_forward
+//     1. Join heartbeat, when a Join context is active and this is its first
+//        Joinable: allreduce(ones(1)) (Join::notify_join_context); the Work
+//        goes to the Reducer (set_forward_pass_work_handle).
+//     2. grad enabled: Reducer::rebuild_buckets(): on the first iteration
+//        after the first backward (never with find_unused_parameters), a
+//        broadcast of the rebuilt bucket assignment from rank 0.
+//     3. require_forward_param_sync && broadcast_buffers && the module has
+//        buffers: with Join enabled allreduce(MAX) of (rank) to find the
+//        authoritative rank, then broadcast_coalesced of the buffers from it
+//        (rank 0 without Join).
+//     4. Join enabled: allreduce of ones(1) (zeros(1) under no_sync): tells
+//        joined ranks whether this iteration reduces gradients. Waited in
+//        post_forward.
+//   the user's forward
+//   post_forward: grad enabled && require_backward_grad_sync:
+//        Reducer::prepare_for_backward(outputs if find_unused_parameters) and
+//        require_forward_param_sync = true; else require_forward_param_sync = false.
+//   backward (only when prepare_for_backward ran): one allreduce per bucket
+//        in bucket order, then with find_unused_parameters an allreduce of the
+//        locally-used-parameter map. Gradients are divided by the world size
+//        (or, with Join and divide_by_initial_world_size=false, by the number
+//        of ranks still active).
+// A joined rank's main_hook issues 2, 3 (contributing -1 to the MAX), 4
+// (contributing zeros) and, if that says the others sync, one allreduce of
+// zeros per bucket in the same order and the unused-map allreduce: the same
+// sequence, so nothing hangs. post_hook(is_last_joiner): allreduce(MAX) to
+// pick the last joiner, broadcast_coalesced of parameters and buffers from it.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/torch.h>
+
+#include <lightning_cpp/plugins/join/join.h>
+
+namespace c10d {
+class Reducer;
+}
+
+namespace lt {
+
+struct DistributedDataParallelOptions {
+  // Gradient bucket size after the first iteration (PyTorch's bucket_cap_mb).
+  TORCH_ARG(double, bucket_cap_mb) = 25.0;
+  // Traverse the autograd graph from the outputs to mark parameters that get
+  // no gradient this iteration as ready (a branch unused on some rank).
+  TORCH_ARG(bool, find_unused_parameters) = false;
+  // param.grad() become views into the flat buckets (saves a copy and memory).
+  TORCH_ARG(bool, gradient_as_bucket_view) = false;
+  // Broadcast buffers (BatchNorm statistics...) before every forward.
+  TORCH_ARG(bool, broadcast_buffers) = true;
+  // Under Join: divide gradients by the initial world size (true) or by the
+  // ranks still active (false). PyTorch's join(divide_by_initial_world_size).
+  TORCH_ARG(bool, divide_by_initial_world_size) = true;
+};
+
+class DistributedDataParallel : public Joinable {
+ public:
+  // Collective: every rank of `process_group` constructs it at the same time.
+  DistributedDataParallel(std::shared_ptr<torch::nn::Module> module,
+                          c10::intrusive_ptr<c10d::ProcessGroup> process_group,
+                          DistributedDataParallelOptions options = {});
+  ~DistributedDataParallel() override;
+  DistributedDataParallel(const DistributedDataParallel&) = delete;
+  DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
+
+  torch::nn::Module& module() const { return *module_; }
+  const DistributedDataParallelOptions& options() const { return options_; }
+  // PyTorch's _DDPJoinHook sets this from the Join's arguments; read at every pre_forward.
+  void set_divide_by_initial_world_size(bool divide) { options_.divide_by_initial_world_size(divide); }
+  const c10::intrusive_ptr<c10d::ProcessGroup>& process_group() const { return process_group_; }
+  int64_t rank() const { return rank_; }
+  int64_t world_size() const { return world_size_; }
+  torch::Device device() const { return device_; }
+
+  // -- forward: PyTorch's DistributedDataParallel.forward split around the
+  // user's forward, so any callable (a LightningModule's training_step) can run in between.
+  void pre_forward();
+  // `outputs`: what backward will start from (only read with find_unused_parameters).
+  // prepare_for_backward=false leaves Reducer::prepare_for_backward to the caller
+  // (manual optimization: called by prepare_for_backward() just before backward).
+  void post_forward(const std::vector<torch::Tensor>& outputs, bool prepare_for_backward = true);
+  torch::Tensor forward(const std::function<torch::Tensor()>& fn);
+  // Lightning's prepare_for_backward(model, output): when the next backward
+  // should reduce gradients, rebuild buckets if due and arm the Reducer.
+  void prepare_for_backward(const std::vector<torch::Tensor>& outputs);
+
+  // -- gradient sync switches ---------------------------------------------------
+  bool require_backward_grad_sync() const { return require_backward_grad_sync_; }
+  void set_require_backward_grad_sync(bool sync) { require_backward_grad_sync_ = sync; }
+  bool require_forward_param_sync() const { return require_forward_param_sync_; }
+  void set_require_forward_param_sync(bool sync) { require_forward_param_sync_ = sync; }
+
+  // PyTorch's `with ddp.no_sync():` gradients accumulate locally while the
+  // guard lives; the first backward after it reduces the accumulated sum.
+  class NoSyncGuard {
+   public:
+    explicit NoSyncGuard(DistributedDataParallel& ddp)
+        : ddp_(&ddp), previous_(ddp.require_backward_grad_sync()) {
+      ddp.set_require_backward_grad_sync(false);
+    }
+    ~NoSyncGuard() {
+      if (ddp_ != nullptr) ddp_->set_require_backward_grad_sync(previous_);
+    }
+    NoSyncGuard(NoSyncGuard&& other) noexcept : ddp_(other.ddp_), previous_(other.previous_) { other.ddp_ = nullptr; }
+    NoSyncGuard(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(NoSyncGuard&&) = delete;
+
+   private:
+    DistributedDataParallel* ddp_;
+    bool previous_;
+  };
+  NoSyncGuard no_sync() { return NoSyncGuard(*this); }
+
+  // -- Joinable -------------------------------------------------------------------
+  // main_hook: PyTorch's _DDPJoinHook.main_hook; post_hook: sync_final_model.
+  std::unique_ptr<JoinHook> join_hook() override;
+  torch::Device join_device() const override { return device_; }
+  c10::intrusive_ptr<c10d::ProcessGroup> join_process_group() const override { return process_group_; }
+
+  // -- the pieces of the forward and of the join hook (PyTorch's private
+  // methods, public so that Join and tests can drive them) -------------------
+  // require_forward_param_sync && broadcast_buffers && the module has buffers.
+  bool will_sync_module_buffers() const;
+  // _sync_buffers: authoritative rank (find_common_rank(rank, true) with
+  // Join enabled, else 0), then broadcast of the buffers from it.
+  void sync_buffers();
+  // _check_and_sync_module_buffers (joined rank): find_common_rank(rank, false), then broadcast.
+  void check_and_sync_module_buffers();
+  void sync_module_buffers(int64_t authoritative_rank);
+  // allreduce(MAX) of (input_rank if rank_cond else -1); throws if every rank sent -1.
+  int64_t find_common_rank(int64_t input_rank, bool rank_cond);
+  // allreduce of ones(1) (active rank syncing gradients) or zeros(1); not waited.
+  // `result` receives the tensor being reduced (read it after waiting).
+  c10::intrusive_ptr<c10d::Work> check_global_requires_backward_grad_sync(bool is_joined_rank,
+                                                                         torch::Tensor* result = nullptr);
+  // One zero bucket per gradient bucket, in the Reducer's order, through
+  // Reducer::run_comm_hook; waits for all.
+  void match_all_reduce_for_bwd_pass();
+  // allreduce of the Reducer's locally-used-parameter map; waited.
+  void match_unused_params_allreduce();
+  // find_common_rank(rank, is_last_joiner), then broadcast_coalesced of
+  // parameters and buffers from that rank.
+  void sync_final_model(bool is_last_joiner);
+  // Reducer::rebuild_buckets(); true if they were rebuilt now.
+  bool rebuild_buckets();
+  void push_rebuilt_params_for_all_indices();
+
+  // After optimizer.step(), before optimizer.zero_grad(). With
+  // gradient_as_bucket_view the Reducer makes each param.grad() a view of its
+  // bucket, and LibTorch 1.13's Optimizer::zero_grad() calls grad.detach_(),
+  // which views refuse (Python's zero_grad avoids the call). This replaces
+  // each such view by a detach()ed alias of the same memory: zero_grad then
+  // zeroes the bucket in place, and the Reducer, seeing a gradient that
+  // already lives in its bucket, copies nothing. No-op otherwise.
+  void detach_gradient_views();
+
+  // -- introspection -----------------------------------------------------------------
+  // The parameters the Reducer manages (requires_grad, deduplicated), in its index order.
+  const std::vector<torch::Tensor>& parameters() const { return parameters_; }
+  // Reducer parameter indices per bucket, in reduction order.
+  std::vector<std::vector<int64_t>> bucket_indices() const;
+  bool has_rebuilt_buckets() const { return has_rebuilt_buckets_; }
+  int64_t num_iterations() const { return num_iterations_; }
+  c10d::Reducer& reducer() const { return *reducer_; }
+
+  // PyTorch's broadcast bucket for parameter and buffer syncs (250 MiB).
+  static constexpr size_t kBroadcastBucketBytes = 250u * 1024u * 1024u;
+
+ private:
+  void pre_forward_impl();
+  std::vector<torch::Tensor> module_buffers() const;
+  std::vector<torch::Tensor> module_states() const;  // parameters, then buffers (all of them)
+
+  std::shared_ptr<torch::nn::Module> module_;
+  c10::intrusive_ptr<c10d::ProcessGroup> process_group_;
+  DistributedDataParallelOptions options_;
+  int64_t rank_ = 0;
+  int64_t world_size_ = 1;
+  torch::Device device_{torch::kCPU};
+  std::vector<torch::Tensor> parameters_;
+  std::shared_ptr<c10d::Reducer> reducer_;
+  bool require_backward_grad_sync_ = true;
+  bool require_forward_param_sync_ = true;
+  bool has_rebuilt_buckets_ = false;
+  int64_t num_iterations_ = 0;
+  // The grad-sync flag allreduce of step 4, waited in post_forward.
+  c10::intrusive_ptr<c10d::Work> grad_sync_work_;
+};
+
+}  // namespace lt

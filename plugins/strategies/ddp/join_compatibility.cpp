@@ -1,0 +1,141 @@
+#include <lightning_cpp/plugins/strategies/ddp/join_compatibility.h>
+
+#include <iostream>
+#include <sstream>
+
+#include <lightning_cpp/core/callback.h>
+#include <lightning_cpp/core/lightning_module.h>
+#include <lightning_cpp/core/rank_zero.h>
+#include <lightning_cpp/core/trainer_options.h>
+
+namespace lt {
+
+namespace {
+
+constexpr const char* kPadFix = "or train with uneven_inputs: pad (DistributedSampler padding, no Join)";
+
+bool has_sync_batch_norm(const LightningModule& module) {
+  for (const auto& child : module.modules(/*include_self=*/false)) {
+    if (child->name().find("SyncBatchNorm") != std::string::npos) return true;
+  }
+  return false;
+}
+
+JoinSupport judge_val_check_interval(const TrainerOptions& options) {
+  const FractionOrCount& interval = options.val_check_interval();
+  const bool mid_epoch = interval.is_count() || interval.fraction() < 1.0;
+  if (!mid_epoch) return JoinSupport::compatible();
+  return JoinSupport::incompatible(
+      "mid-epoch validation runs at a batch index that ranks with fewer batches never reach, so the ranks' "
+      "validation collectives (sync_dist logging, DDP buffer broadcasts) would not match while some ranks are "
+      "joined",
+      c10::str("set val_check_interval: 1.0 (validate after every rank left Join at the end of the epoch; use "
+               "check_val_every_n_epoch for less often), ",
+               kPadFix));
+}
+
+JoinSupport judge_scheduler_per_step() {
+  return JoinSupport::warn(
+      "a per-step LR scheduler steps once per optimizer step, and a rank that joins early takes fewer steps in an "
+      "uneven epoch, so its learning rate falls behind the other ranks' from the next epoch on",
+      "use an epoch-interval scheduler (interval: epoch), or uneven_inputs: pad");
+}
+
+JoinSupport judge_manual_optimization(const LightningModule& module) {
+  if (module.collectives().manual_declared) return JoinSupport::compatible();
+  return JoinSupport::incompatible(
+      "manual optimization decides itself when to call manual_backward and optimizer_step, so Join cannot know "
+      "which collectives a joined rank must shadow per iteration",
+      c10::str("declare the module's collectives with collectives().manual_declared = true if training_step only "
+               "calls manual_backward/optimizer_step once per batch (one DDP gradient sync), ",
+               kPadFix));
+}
+
+JoinSupport judge_forward_collectives(const std::string& what, const JoinSettings& settings) {
+  if (settings.throw_on_early_termination) return JoinSupport::compatible();
+  return JoinSupport::incompatible(
+      c10::str(what, " issues collectives that no JoinHook shadows: the ranks still training would wait forever "
+                     "for the ranks that joined"),
+      c10::str("set join_throw_on_early_termination: true (every rank stops with EarlyTerminationError at the first "
+               "iteration some rank does not have), ",
+               kPadFix));
+}
+
+}  // namespace
+
+std::vector<const JoinFeature*> JoinCompatibilityReport::with(JoinCompatibility compatibility) const {
+  std::vector<const JoinFeature*> out;
+  for (const auto& f : features) {
+    if (f.support.compatibility == compatibility) out.push_back(&f);
+  }
+  return out;
+}
+
+std::string JoinCompatibilityReport::refusal_message() const {
+  const auto refused = with(JoinCompatibility::kIncompatible);
+  std::ostringstream os;
+  os << "uneven_inputs: join cannot train this run: " << refused.size() << " feature"
+     << (refused.size() == 1 ? " is" : "s are") << " incompatible with Join (ranks with different numbers of batches):";
+  int i = 1;
+  for (const JoinFeature* f : refused) {
+    os << "\n  " << i++ << ". " << f->name << ": " << f->support.reason << ". Fix: " << f->support.fix << ".";
+  }
+  return os.str();
+}
+
+std::vector<std::string> JoinCompatibilityReport::warnings() const {
+  std::vector<std::string> out;
+  for (const JoinFeature* f : with(JoinCompatibility::kWarn)) {
+    out.push_back(c10::str("uneven_inputs: join: ", f->name, ": ", f->support.reason,
+                           f->support.fix.empty() ? "" : c10::str(" (", f->support.fix, ")")));
+  }
+  return out;
+}
+
+JoinCompatibilityReport check_join_compatibility(const FeatureSet& features, const JoinSettings& settings) {
+  LT_CHECK(features.options != nullptr && features.module != nullptr,
+           "check_join_compatibility: the feature set has no options or no module");
+  const TrainerOptions& options = *features.options;
+  const LightningModule& module = *features.module;
+  JoinCompatibilityReport report;
+  auto add = [&](std::string name, JoinSupport support) {
+    report.features.push_back(JoinFeature{std::move(name), std::move(support)});
+  };
+
+  for (const Callback* callback : features.callbacks) {
+    add(c10::str("callback ", callback->name()), callback->join_support(options));
+  }
+  if (features.has_validation) {
+    add(c10::str("val_check_interval=", options.val_check_interval().str()), judge_val_check_interval(options));
+  }
+  if (features.scheduler_per_step) add("a per-step LR scheduler (interval: step)", judge_scheduler_per_step());
+  if (!module.automatic_optimization()) add("manual optimization", judge_manual_optimization(module));
+  if (has_sync_batch_norm(module)) {
+    add("SyncBatchNorm", judge_forward_collectives("SyncBatchNorm allreduces batch statistics in every forward and",
+                                                   settings));
+  }
+  if (module.collectives().in_forward) {
+    add("collectives in forward (collectives().in_forward)",
+        judge_forward_collectives("the module's forward", settings));
+  }
+  if (module.collectives().in_steps) {
+    add("user collectives in steps (collectives().in_steps)",
+        judge_forward_collectives("training_step", settings));
+  }
+  // log(sync_dist=true) in training_step is shadowed by the logging joinable.
+  add("log(sync_dist=true)",
+      JoinSupport{JoinCompatibility::kNeedsShadowing,
+                  "reduced once per micro-batch; joined ranks shadow the reduction with neutral values", ""});
+  return report;
+}
+
+void enforce_join_compatibility(const FeatureSet& features, const JoinSettings& settings, int64_t rank) {
+  if (!settings.enable) return;
+  const JoinCompatibilityReport report = check_join_compatibility(features, settings);
+  if (!report.ok()) throw JoinCompatibilityError(report.refusal_message());
+  if (rank == 0) {
+    for (const auto& line : report.warnings()) warn(line);
+  }
+}
+
+}  // namespace lt

@@ -1,0 +1,59 @@
+#pragma once
+// The DDP strategy's training epoch under uneven inputs (uneven_inputs: join):
+// ONE Join context around the whole epoch, a per-micro-batch guard (no_sync
+// on accumulation micro-batches) and the end-of-epoch boundary.
+//
+// Invariants, for a rank with n batches, k = accumulate_grad_batches:
+//   - Windows are aligned on the micro-batch index: window w is micro-batches
+//     [w*k, (w+1)*k) of every rank that has them. With Join enabled a rank runs
+//     num_iterations() = ceil(n/k)*k iterations; iterations >= n are zero-loss
+//     padding micro-batches (sum(p*0): every reducer hook fires), so a rank whose
+//     data ends inside a window reduces its pending accumulated gradient in
+//     that window's synced step and takes the step with everyone. It then
+//     joins at a window boundary: no sample is dropped and there is exactly one
+//     optimizer step per window on every rank still training.
+//   - Gradient of window w = (1/D) * sum over every rank's micro-batches of w of
+//     grad(loss/k); D = initial world size, or with divide_by_initial_world_size
+//     off the number of ranks active at w's synced iteration (the ranks with
+//     data in w: the heartbeat of that iteration counts them).
+//
+// Collectives of one iteration, in order, on the DDP process group:
+//   active rank (real or padding micro-batch):
+//     1. DDP pre_forward: Join heartbeat allreduce(ones) [+ with
+//        throw_on_early_termination the blocking check allreduce(zeros)],
+//        bucket rebuild broadcast (once), buffer sync (find_common_rank +
+//        broadcast) when due, the grad-sync flag allreduce (1, or 0 under no_sync).
+//     2. backward: on the window's last micro-batch, one allreduce per bucket
+//        (+ unused-parameter map with find_unused_parameters).
+//     3. end_batch: the sync_dist logging reduction (plugins/join/joinable_logging.h).
+//   joined rank (in finish(), Join::join per active iteration):
+//     allreduce(zeros) matching 1's heartbeat [throw mode: allreduce(ones), throw],
+//     DDP main hook (shadows 1's rest and 2), logging main hook (shadows 3).
+//   after every rank joined: DDP post hook (final model broadcast from the
+//   highest last joiner), then one allreduce(MAX) of global_step, so every rank
+//   counts the steps of the model it now holds.
+// With Join disabled (join_enable: false), the context first allgathers the
+// ranks' batch counts and refuses uneven ones with an error on every rank
+// (instead of a hang in the first unmatched gradient allreduce).
+
+#include <memory>
+
+#include <lightning_cpp/core/strategy.h>
+#include <lightning_cpp/plugins/strategies/ddp/join_compatibility.h>
+
+namespace lt {
+
+class DDPStrategy;
+class LightningModule;
+
+// The join_* TrainerOptions.
+JoinSettings join_settings(const TrainerOptions& options);
+
+// The epoch context DDPStrategy uses with uneven_inputs: join.
+std::unique_ptr<TrainingEpochContext> make_ddp_join_epoch_context(DDPStrategy& strategy, LightningModule& module,
+                                                                  const EpochPlan& plan);
+
+// ceil(n / k) * k with Join enabled, else n.
+int64_t join_num_iterations(int64_t num_batches, int64_t accumulate_grad_batches, bool join_enabled);
+
+}  // namespace lt
