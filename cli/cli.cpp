@@ -261,12 +261,14 @@ const ArgSchema& trainer_schema() {
         .add_string("accelerator", d.accelerator(), "device type", {"cpu", "cuda", "auto"})
         .add_int("devices", d.devices(), "devices (processes) per node")
         .add_int("num_nodes", d.num_nodes(), "nodes")
-        .add_string("uneven_inputs", "join", "DDP with uneven shards", {"join", "pad", "error"})
-        .add_bool("join_enable", d.join_enable(), "uneven_inputs join: train under Join (false: refuse uneven shards)")
-        .add_bool("join_throw_on_early_termination", d.join_throw_on_early_termination(),
-                  "Join: every rank stops with an error once one runs out of data")
-        .add_bool("join_divide_by_initial_world_size", d.join_divide_by_initial_world_size(),
-                  "Join: average gradients over all ranks (false: over the ranks with data)")
+        // Aliases of the ddp strategy's init_args (see lift_strategy_aliases).
+        .add_string("uneven_inputs", std::nullopt, "alias of strategy ddp's init_args.uneven_inputs",
+                    {"join", "pad", "error"})
+        .add_bool("join_enable", std::nullopt, "alias of strategy ddp's init_args.join_enable")
+        .add_bool("join_throw_on_early_termination", std::nullopt,
+                  "alias of strategy ddp's init_args.join_throw_on_early_termination")
+        .add_bool("join_divide_by_initial_world_size", std::nullopt,
+                  "alias of strategy ddp's init_args.join_divide_by_initial_world_size")
         .add_string("on_nonfinite", "error", "NaN/inf loss or gradient", {"error", "skip_step", "ignore"})
         .add_bool("handle_signals", d.handle_signals(), "SIGINT/SIGTERM: stop at the next step, write interrupted.ckpt")
         .add_int("log_every_n_steps", d.log_every_n_steps(), "logger interval in optimizer steps")
@@ -303,16 +305,11 @@ TrainerOptions trainer_options_from(const InitArgs& a) {
       .num_nodes(a.get_int("num_nodes"))
       .log_every_n_steps(a.get_int("log_every_n_steps"))
       .enable_progress_bar(a.get_bool("enable_progress_bar"));
-  o.join_enable(a.get_bool("join_enable"))
-      .join_throw_on_early_termination(a.get_bool("join_throw_on_early_termination"))
-      .join_divide_by_initial_world_size(a.get_bool("join_divide_by_initial_world_size"))
-      .handle_signals(a.get_bool("handle_signals"));
+  o.handle_signals(a.get_bool("handle_signals"));
   const std::string& nonfinite = a.get_string("on_nonfinite");
   o.on_nonfinite(nonfinite == "skip_step" ? NonFinitePolicy::kSkipStep
                  : nonfinite == "ignore"  ? NonFinitePolicy::kIgnore
                                           : NonFinitePolicy::kError);
-  const std::string& uneven = a.get_string("uneven_inputs");
-  o.uneven_inputs(uneven == "pad" ? UnevenInputs::kPad : uneven == "error" ? UnevenInputs::kError : UnevenInputs::kJoin);
   return o;
 }
 
@@ -351,6 +348,36 @@ void lift_trainer_aliases(ConfigNode& root) {
     ConfigNode moved = *v;
     trainer->erase(inner);
     root.set(outer, std::move(moved));
+  }
+}
+
+// trainer.uneven_inputs and trainer.join_* are aliases of the strategy's
+// init_args of the same name (settings the ddp strategy owns): a value given
+// in the trainer section moves there, and the trainer's key becomes null; a
+// strategy without that argument (single_device) ignores it.
+void lift_strategy_aliases(ConfigNode& out, const ConfigNode* strategy_given) {
+  const ConfigNode* given_args =
+      strategy_given != nullptr && strategy_given->is_map() ? strategy_given->find("init_args") : nullptr;
+  ConfigNode* trainer = out.find("trainer");
+  ConfigNode* init_args = out.find("strategy")->find("init_args");
+  for (const char* key :
+       {"uneven_inputs", "join_enable", "join_throw_on_early_termination", "join_divide_by_initial_world_size"}) {
+    ConfigNode* alias = trainer->find(key);
+    if (alias == nullptr || alias->is_null()) continue;
+    ConfigNode* target = init_args != nullptr ? init_args->find(key) : nullptr;
+    if (target != nullptr) {
+      const ConfigNode* given = given_args != nullptr && given_args->is_map() ? given_args->find(key) : nullptr;
+      if (given != nullptr) {
+        fail(alias->key_source, c10::str("trainer.", key),
+             c10::str("given twice: here and as strategy.init_args.", key, " (", given->key_source.str(), "); keep one"));
+      }
+      const ConfigSource key_source = target->key_source;
+      *target = *alias;
+      target->key_source = key_source;
+    }
+    const ConfigSource key_source = alias->key_source;
+    *alias = ConfigNode::null(alias->source);
+    alias->key_source = key_source;
   }
 }
 
@@ -434,6 +461,8 @@ ConfigNode resolve_config(const ConfigNode& config, const Registry& registry, co
   } else {
     out.set("strategy", resolve_class<Strategy>(*strategy, "strategy", registry));
   }
+
+  lift_strategy_aliases(out, strategy);
 
   const ConfigNode* loop = root.find("fit_loop");
   out.set("fit_loop", resolve_class<FitLoop>(loop && !loop->is_null() ? *loop : ConfigNode::scalar("FitLoop"),

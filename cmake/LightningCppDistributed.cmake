@@ -33,7 +33,7 @@ endif()
 message(STATUS "lightning-cpp: NCCL backend ${LT_WITH_NCCL}")
 if(LT_WITH_NCCL)
   # Only the strategy's sources see it, so the shared torch PCH stays valid.
-  set_source_files_properties(${PROJECT_SOURCE_DIR}/plugins/strategies/ddp.cpp
+  set_source_files_properties(${PROJECT_SOURCE_DIR}/plugins/strategies/ddp/process_group.cpp
     PROPERTIES COMPILE_DEFINITIONS "LT_WITH_NCCL=1;USE_C10D_NCCL")
   target_include_directories(lightning_cpp PRIVATE ${LT_NCCL_INCLUDE_DIR})
 endif()

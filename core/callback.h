@@ -15,54 +15,47 @@
 
 // Every hook, listed once: its name, its parameters and the arguments that
 // pass them on. The Callback virtuals, LambdaCallback's functions and the
-// tests' recorder are generated from this list.
-#define LT_CALLBACK_HOOKS(X)                                                                                    \
-  X(setup, (Trainer & trainer, LightningModule & module, Stage stage), (trainer, module, stage))              \
-  X(teardown, (Trainer & trainer, LightningModule & module, Stage stage), (trainer, module, stage))           \
-  X(on_fit_start, (Trainer & trainer, LightningModule & module), (trainer, module))                           \
-  X(on_fit_end, (Trainer & trainer, LightningModule & module), (trainer, module))                             \
-  X(on_sanity_check_start, (Trainer & trainer, LightningModule & module), (trainer, module))                  \
-  X(on_sanity_check_end, (Trainer & trainer, LightningModule & module), (trainer, module))                    \
-  X(on_train_start, (Trainer & trainer, LightningModule & module), (trainer, module))                         \
-  X(on_train_end, (Trainer & trainer, LightningModule & module), (trainer, module))                           \
-  X(on_train_epoch_start, (Trainer & trainer, LightningModule & module), (trainer, module))                   \
-  X(on_train_epoch_end, (Trainer & trainer, LightningModule & module), (trainer, module))                     \
-  X(on_train_batch_start, (Trainer & trainer, LightningModule & module, const Batch& batch, int64_t batch_idx), \
-    (trainer, module, batch, batch_idx))                                                                      \
-  X(on_train_batch_end,                                                                                       \
-    (Trainer & trainer, LightningModule & module, const torch::Tensor& loss, const Batch& batch,              \
-     int64_t batch_idx),                                                                                      \
-    (trainer, module, loss, batch, batch_idx))                                                                \
-  X(on_validation_start, (Trainer & trainer, LightningModule & module), (trainer, module))                    \
-  X(on_validation_end, (Trainer & trainer, LightningModule & module), (trainer, module))                      \
-  X(on_validation_epoch_start, (Trainer & trainer, LightningModule & module), (trainer, module))              \
-  X(on_validation_epoch_end, (Trainer & trainer, LightningModule & module), (trainer, module))                \
-  X(on_validation_batch_start,                                                                                \
-    (Trainer & trainer, LightningModule & module, const Batch& batch, int64_t batch_idx),                     \
-    (trainer, module, batch, batch_idx))                                                                      \
-  X(on_validation_batch_end, (Trainer & trainer, LightningModule & module, const Batch& batch, int64_t batch_idx), \
-    (trainer, module, batch, batch_idx))                                                                      \
-  X(on_test_start, (Trainer & trainer, LightningModule & module), (trainer, module))                          \
-  X(on_test_end, (Trainer & trainer, LightningModule & module), (trainer, module))                            \
-  X(on_test_epoch_start, (Trainer & trainer, LightningModule & module), (trainer, module))                    \
-  X(on_test_epoch_end, (Trainer & trainer, LightningModule & module), (trainer, module))                      \
-  X(on_test_batch_end, (Trainer & trainer, LightningModule & module, const Batch& batch, int64_t batch_idx),  \
-    (trainer, module, batch, batch_idx))                                                                      \
-  X(on_predict_start, (Trainer & trainer, LightningModule & module), (trainer, module))                       \
-  X(on_predict_end, (Trainer & trainer, LightningModule & module), (trainer, module))                         \
-  X(on_before_backward, (Trainer & trainer, LightningModule & module, const torch::Tensor& loss),             \
-    (trainer, module, loss))                                                                                  \
-  X(on_after_backward, (Trainer & trainer, LightningModule & module), (trainer, module))                      \
-  X(on_before_optimizer_step, (Trainer & trainer, LightningModule & module, torch::optim::Optimizer & optimizer), \
-    (trainer, module, optimizer))                                                                             \
-  X(on_before_zero_grad, (Trainer & trainer, LightningModule & module, torch::optim::Optimizer & optimizer),  \
-    (trainer, module, optimizer))                                                                             \
-  X(on_save_checkpoint, (Trainer & trainer, LightningModule & module, StateDict & checkpoint),                \
-    (trainer, module, checkpoint))                                                                            \
-  X(on_load_checkpoint, (Trainer & trainer, LightningModule & module, const StateDict& checkpoint),           \
-    (trainer, module, checkpoint))                                                                            \
-  X(on_exception, (Trainer & trainer, LightningModule & module, const std::exception& exception),             \
-    (trainer, module, exception))
+// tests' recorder are generated from this list. Every hook's first two
+// parameters are the same (LT_HOOK_PARAMS).
+#define LT_HOOK_PARAMS ::lt::Trainer &trainer, ::lt::LightningModule &module
+#define LT_CALLBACK_HOOKS(X)                                                                                           \
+  X(setup, (LT_HOOK_PARAMS, ::lt::Stage stage), (trainer, module, stage))                                              \
+  X(teardown, (LT_HOOK_PARAMS, ::lt::Stage stage), (trainer, module, stage))                                           \
+  X(on_fit_start, (LT_HOOK_PARAMS), (trainer, module))                                                                 \
+  X(on_fit_end, (LT_HOOK_PARAMS), (trainer, module))                                                                   \
+  X(on_sanity_check_start, (LT_HOOK_PARAMS), (trainer, module))                                                        \
+  X(on_sanity_check_end, (LT_HOOK_PARAMS), (trainer, module))                                                          \
+  X(on_train_start, (LT_HOOK_PARAMS), (trainer, module))                                                               \
+  X(on_train_end, (LT_HOOK_PARAMS), (trainer, module))                                                                 \
+  X(on_train_epoch_start, (LT_HOOK_PARAMS), (trainer, module))                                                         \
+  X(on_train_epoch_end, (LT_HOOK_PARAMS), (trainer, module))                                                           \
+  X(on_train_batch_start, (LT_HOOK_PARAMS, const ::lt::Batch& batch, int64_t batch_idx),                               \
+    (trainer, module, batch, batch_idx))                                                                               \
+  X(on_train_batch_end, (LT_HOOK_PARAMS, const torch::Tensor& loss, const ::lt::Batch& batch, int64_t batch_idx),      \
+    (trainer, module, loss, batch, batch_idx))                                                                         \
+  X(on_validation_start, (LT_HOOK_PARAMS), (trainer, module))                                                          \
+  X(on_validation_end, (LT_HOOK_PARAMS), (trainer, module))                                                            \
+  X(on_validation_epoch_start, (LT_HOOK_PARAMS), (trainer, module))                                                    \
+  X(on_validation_epoch_end, (LT_HOOK_PARAMS), (trainer, module))                                                      \
+  X(on_validation_batch_start, (LT_HOOK_PARAMS, const ::lt::Batch& batch, int64_t batch_idx),                          \
+    (trainer, module, batch, batch_idx))                                                                               \
+  X(on_validation_batch_end, (LT_HOOK_PARAMS, const ::lt::Batch& batch, int64_t batch_idx),                            \
+    (trainer, module, batch, batch_idx))                                                                               \
+  X(on_test_start, (LT_HOOK_PARAMS), (trainer, module))                                                                \
+  X(on_test_end, (LT_HOOK_PARAMS), (trainer, module))                                                                  \
+  X(on_test_epoch_start, (LT_HOOK_PARAMS), (trainer, module))                                                          \
+  X(on_test_epoch_end, (LT_HOOK_PARAMS), (trainer, module))                                                            \
+  X(on_test_batch_end, (LT_HOOK_PARAMS, const ::lt::Batch& batch, int64_t batch_idx),                                  \
+    (trainer, module, batch, batch_idx))                                                                               \
+  X(on_predict_start, (LT_HOOK_PARAMS), (trainer, module))                                                             \
+  X(on_predict_end, (LT_HOOK_PARAMS), (trainer, module))                                                               \
+  X(on_before_backward, (LT_HOOK_PARAMS, const torch::Tensor& loss), (trainer, module, loss))                          \
+  X(on_after_backward, (LT_HOOK_PARAMS), (trainer, module))                                                            \
+  X(on_before_optimizer_step, (LT_HOOK_PARAMS, torch::optim::Optimizer& optimizer), (trainer, module, optimizer))      \
+  X(on_before_zero_grad, (LT_HOOK_PARAMS, torch::optim::Optimizer& optimizer), (trainer, module, optimizer))           \
+  X(on_save_checkpoint, (LT_HOOK_PARAMS, ::lt::StateDict& checkpoint), (trainer, module, checkpoint))                  \
+  X(on_load_checkpoint, (LT_HOOK_PARAMS, const ::lt::StateDict& checkpoint), (trainer, module, checkpoint))            \
+  X(on_exception, (LT_HOOK_PARAMS, const std::exception& exception), (trainer, module, exception))
 
 namespace lt {
 

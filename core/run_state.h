@@ -18,7 +18,7 @@ struct RunState {
   int64_t num_training_batches = 0;
   int64_t skipped_steps = 0;  // optimizer steps skipped for non-finite gradients
   bool should_stop = false;
-  int interrupted_by = 0;  // the signal that stopped the run, if any (trainer/signals.h)
+  int interrupted_by = 0;  // the signal that stopped the run, if any (core/signals.h)
   bool sanity_checking = false;
   // True from the end of the epoch loop until current_epoch is advanced: a
   // checkpoint written then resumes at the next epoch.

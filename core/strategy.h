@@ -25,7 +25,6 @@ class DataLoader;
 struct EpochPlan {
   int64_t num_batches = 0;  // this rank's batches (after limit_train_batches)
   int64_t accumulate_grad_batches = 1;
-  const TrainerOptions* options = nullptr;  // the run's options (e.g. the join_* settings)
 };
 
 // RAII guard around one micro-batch (DDP: no_sync on accumulation micro-batches).
@@ -38,7 +37,7 @@ class BatchGuard {
 // Iterations [0, num_batches) are real micro-batches; iterations
 // [num_batches, num_iterations()) are zero-loss micro-batches a strategy may
 // ask for so that this rank completes its last accumulation window together
-// with the other ranks (see plugins/strategies/ddp.h).
+// with the other ranks (see plugins/strategies/ddp/epoch_contexts.h).
 class TrainingEpochContext {
  public:
   explicit TrainingEpochContext(EpochPlan plan) : plan_(plan) {}
@@ -71,7 +70,6 @@ struct FeatureSet {
   std::vector<const Callback*> callbacks;
   bool has_validation = false;
   bool scheduler_per_step = false;
-  bool logs_sync_dist = false;
 };
 
 class Strategy {

@@ -22,13 +22,6 @@ class Strategy;
 
 enum class GradientClipAlgorithm { kNorm, kValue };
 
-// What the DDP strategy does when ranks would get different numbers of batches.
-enum class UnevenInputs {
-  kJoin,   // no padding; Join keeps the collectives matched (see plugins/join)
-  kPad,    // PyTorch DistributedSampler padding: repeat samples so shards are even
-  kError,  // refuse before training if shard sizes differ
-};
-
 // What the training loop does when the loss or a gradient is NaN or infinite.
 enum class NonFinitePolicy {
   kIgnore,    // step anyway (PyTorch's and Lightning's behaviour)
@@ -62,19 +55,10 @@ struct TrainerOptions {
   TORCH_ARG(std::string, accelerator) = "cpu";
   TORCH_ARG(int64_t, devices) = 1;
   TORCH_ARG(int64_t, num_nodes) = 1;
-  TORCH_ARG(UnevenInputs, uneven_inputs) = UnevenInputs::kJoin;
-  // Join (uneven_inputs kJoin), as PyTorch's Join / DDP.join arguments:
-  // enable=false trains without Join (uneven batch counts are then an error);
-  // throw_on_early_termination: every rank throws EarlyTerminationError at the
-  // first iteration some rank does not have; divide_by_initial_world_size=false
-  // averages each window's gradient over the ranks with data in it.
-  TORCH_ARG(bool, join_enable) = true;
-  TORCH_ARG(bool, join_throw_on_early_termination) = false;
-  TORCH_ARG(bool, join_divide_by_initial_world_size) = true;
   TORCH_ARG(int64_t, log_every_n_steps) = 50;
   // Checked after gradients are synchronized, so under DDP every rank decides alike.
   TORCH_ARG(NonFinitePolicy, on_nonfinite) = NonFinitePolicy::kError;
-  // Stop at the next step boundary on SIGINT/SIGTERM and write interrupted.ckpt (trainer/signals.h).
+  // Stop at the next step boundary on SIGINT/SIGTERM and write interrupted.ckpt (core/signals.h).
   TORCH_ARG(bool, handle_signals) = true;
   TORCH_ARG(bool, enable_progress_bar) = true;
 

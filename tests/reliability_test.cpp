@@ -277,14 +277,15 @@ LT_TEST_WORKER(FaultyDdpRun) {
   auto x = torch::randn({64, 2}), y = torch::randn({64, 1});
   auto dataset = scenario == "bad_data" ? std::make_shared<BadBatchDataset>(x, y)
                                         : std::make_shared<lt::TensorDataset>(x, y);
+  auto ddp_options = lt::DDPStrategyOptions().process_group_timeout(std::chrono::seconds(3));
+  if (scenario == "uneven") ddp_options.uneven_inputs(lt::UnevenInputs::kPad);
   auto options = lt::TrainerOptions()
-                     .strategy(std::make_shared<lt::DDPStrategy>(
-                         lt::DDPStrategyOptions().process_group_timeout(std::chrono::seconds(3))))
+                     .strategy(std::make_shared<lt::DDPStrategy>(ddp_options))
                      .devices(2)
                      .max_epochs(1)
                      .enable_progress_bar(false)
                      .default_root_dir(lt::testing::env_str("LT_DIR"));
-  if (scenario == "uneven") options.uneven_inputs(lt::UnevenInputs::kPad).limit_train_batches(rank == 0 ? 3 : 6);
+  if (scenario == "uneven") options.limit_train_batches(rank == 0 ? 3 : 6);
   lt::Trainer trainer(options);
   try {
     trainer.fit(model, std::make_shared<lt::DataLoader>(dataset, lt::DataLoaderOptions(4)));
@@ -423,15 +424,16 @@ LT_TEST_WORKER(SpawnedSlowRun) {
   auto model = std::make_shared<Slow>();
   model->dir = dir;
   if (std::getenv("RANK") != nullptr) std::ofstream(dir / ("pid" + lt::testing::env_str("RANK"))) << ::getpid();
+  auto ddp_options = lt::DDPStrategyOptions()
+                         .process_group_timeout(std::chrono::seconds(10))
+                         .worker_log_dir((dir / "logs").string());
+  if (lt::testing::env_str("LT_UNEVEN") == "pad") ddp_options.uneven_inputs(lt::UnevenInputs::kPad);
   auto options = lt::TrainerOptions()
-                     .strategy(std::make_shared<lt::DDPStrategy>(lt::DDPStrategyOptions()
-                                                                     .process_group_timeout(std::chrono::seconds(10))
-                                                                     .worker_log_dir((dir / "logs").string())))
+                     .strategy(std::make_shared<lt::DDPStrategy>(ddp_options))
                      .devices(2)
                      .max_epochs(50)
                      .enable_progress_bar(false)
                      .default_root_dir(dir.string());
-  if (lt::testing::env_str("LT_UNEVEN") == "pad") options.uneven_inputs(lt::UnevenInputs::kPad);
   lt::Trainer trainer(options);
   auto data = std::make_shared<lt::DataLoader>(
       std::make_shared<lt::TensorDataset>(torch::randn({64, 2}), torch::randn({64, 1})), lt::DataLoaderOptions(4));

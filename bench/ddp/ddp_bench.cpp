@@ -131,9 +131,10 @@ double trainer_loop(const Args& args, int64_t rank, int64_t world) {
       .enable_progress_bar(false)
       .num_sanity_val_steps(0)
       .log_every_n_steps(1000000)
-      .uneven_inputs(lt::UnevenInputs::kPad)
       .default_root_dir(std::filesystem::temp_directory_path().string());
-  if (world > 1) options.strategy(std::make_shared<lt::DDPStrategy>());
+  if (world > 1) {
+    options.strategy(std::make_shared<lt::DDPStrategy>(lt::DDPStrategyOptions().uneven_inputs(lt::UnevenInputs::kPad)));
+  }
   lt::Trainer trainer(options);
   auto model = std::make_shared<MlpModule>();
   trainer.fit(model, loader);

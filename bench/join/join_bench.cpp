@@ -102,12 +102,11 @@ int worker(const Args& args) {
       const int64_t batches = c.uneven ? args.batches * (rank + 1) / args.world : args.batches;
       auto model = std::make_shared<Mlp>();
       auto data = loader(rank, batches);
+      strategy->options().uneven_inputs(c.mode).join_throw_on_early_termination(c.throw_mode);
       lt::Trainer trainer(lt::TrainerOptions()
                               .strategy(strategy)
                               .devices(args.world)
                               .max_epochs(1)
-                              .uneven_inputs(c.mode)
-                              .join_throw_on_early_termination(c.throw_mode)
                               .enable_progress_bar(false)
                               .num_sanity_val_steps(0)
                               .log_every_n_steps(1000000));

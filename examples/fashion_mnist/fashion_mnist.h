@@ -7,6 +7,7 @@
 
 #include <lightning_cpp/core/data_module.h>
 #include <lightning_cpp/core/lightning_module.h>
+#include <lightning_cpp/data/data_loader.h>
 #include <lightning_cpp/data/fashion_mnist.h>
 
 namespace lt::examples {

@@ -11,13 +11,17 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <sstream>
 #include <thread>
 
 #include <lightning_cpp/core/check.h>
+#include <lightning_cpp/plugins/environments/local.h>
 
 extern char** environ;
 
@@ -184,6 +188,61 @@ int find_free_port() {
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   ::close(fd);
   return ntohs(addr.sin_port);
+}
+
+void supervise_local_spawn(int64_t num_processes, const LocalSpawnOptions& options) {
+  install_forwarding_signal_handlers();
+  const int port = find_free_port();
+  const std::vector<std::string> argv = self_argv();
+  std::string store_dir = (std::filesystem::temp_directory_path() / "lightning-cpp-XXXXXX").string();
+  LT_CHECK(::mkdtemp(store_dir.data()) != nullptr, "local spawn: cannot create a directory for the local store in ",
+           std::filesystem::temp_directory_path().string(), ": ", std::strerror(errno));
+  if (!options.worker_log_dir.empty()) std::filesystem::create_directories(options.worker_log_dir);
+  std::vector<WorkerSpec> workers;
+  for (int64_t rank = 0; rank < num_processes; ++rank) {
+    WorkerSpec spec;
+    spec.argv = argv;
+    spec.env = {{LocalEnvironment::kWorkerVar, "1"},
+                {"RANK", std::to_string(rank)},
+                {"LOCAL_RANK", std::to_string(rank)},
+                {"WORLD_SIZE", std::to_string(num_processes)},
+                {"LOCAL_WORLD_SIZE", std::to_string(num_processes)},
+                {"NODE_RANK", "0"},
+                {"MASTER_ADDR", "127.0.0.1"},
+                {"MASTER_PORT", std::to_string(port)},
+                {LocalEnvironment::kStoreVar, store_dir + "/store"}};
+    if (!options.worker_log_dir.empty()) {
+      spec.output_path =
+          (std::filesystem::path(options.worker_log_dir) / ("rank" + std::to_string(rank) + ".log")).string();
+    }
+    workers.push_back(std::move(spec));
+  }
+  std::fprintf(stderr, "lightning-cpp: strategy ddp: launching %lld worker processes (store %s/store)\n",
+               static_cast<long long>(num_processes), store_dir.c_str());
+  std::fflush(stderr);
+  LaunchOptions launch;
+  launch.timeout = options.timeout;
+  const std::vector<WorkerExit> exits = launch_and_wait(workers, launch);
+  std::error_code ignored;
+  std::filesystem::remove_all(store_dir, ignored);
+
+  // The root cause: the first worker that failed by itself (not one the
+  // launcher terminated after it).
+  int code = 0;
+  for (size_t rank = 0; rank < exits.size() && code == 0; ++rank) {
+    const WorkerExit& e = exits[rank];
+    if (e.ok() || e.terminated) continue;
+    std::fprintf(stderr, "lightning-cpp: strategy ddp: rank %zu of %zu %s", rank, exits.size(), e.describe().c_str());
+    if (!options.worker_log_dir.empty()) {
+      std::fprintf(stderr, " (its output: %s/rank%zu.log)", options.worker_log_dir.c_str(), rank);
+    }
+    std::fprintf(stderr, "; the other workers were stopped\n");
+    code = e.timed_out ? 124 : e.signal != 0 ? 128 + e.signal : (e.exit_code > 0 && e.exit_code < 256 ? e.exit_code : 1);
+  }
+  std::fflush(stderr);
+  std::fflush(stdout);
+  // The supervisor's work is done; the run happened in the workers.
+  std::exit(code);
 }
 
 }  // namespace lt

@@ -7,6 +7,7 @@
 // Workers get PR_SET_PDEATHSIG, so they also die if the supervisor is killed.
 
 #include <chrono>
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -45,5 +46,26 @@ int find_free_port();
 // Signals the launcher forwards to its workers (SIGINT/SIGTERM) while
 // launch_and_wait runs; the second one kills them at once.
 void install_forwarding_signal_handlers();
+
+// -- the local spawn ------------------------------------------------------------------
+struct LocalSpawnOptions {
+  // Kill the workers after this long (0: no limit).
+  std::chrono::milliseconds timeout{0};
+  // Write rank r's stdout+stderr to <dir>/rank<r>.log (empty: the workers
+  // share the supervisor's terminal).
+  std::string worker_log_dir;
+};
+
+// The supervisor of a local spawn (`devices: N` with no cluster launcher):
+// re-executes this program (self_argv) `num_processes` times with the local
+// environment's variables (LocalEnvironment: LT_LOCAL_SPAWN=1, RANK,
+// LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, NODE_RANK=0,
+// MASTER_ADDR=127.0.0.1, MASTER_PORT=<a free port>, and LT_LOCAL_STORE, a
+// file in a private 0700 directory it creates and removes), waits for them,
+// and then ENDS THE PROCESS with std::exit: 0 when every worker succeeded;
+// otherwise, after a line on stderr naming the first worker that failed by
+// itself, that worker's exit code, 128 + the signal that killed it, or 124
+// when the timeout passed.
+[[noreturn]] void supervise_local_spawn(int64_t num_processes, const LocalSpawnOptions& options);
 
 }  // namespace lt

@@ -6,47 +6,25 @@
 //       std::make_shared<lt::DDPStrategy>(lt::DDPStrategyOptions().process_group_timeout(std::chrono::seconds(60)))));
 //   trainer.fit(model, data);   // in the supervisor of a local spawn this never returns: see below
 //
-// Where the ranks come from (plugins/environments/cluster_environment.h):
-//   - torchrun / RANK+WORLD_SIZE vars, SLURM, Open MPI / MPICH: this process
-//     is one rank; devices * num_nodes must equal the world size.
-//   - none of these and devices > 1: a local spawn. The process that calls
-//     fit/validate/test/predict becomes a pure supervisor: it re-executes
-//     its own command line (self_argv) devices times with LT_LOCAL_SPAWN=1,
-//     RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, LT_LOCAL_STORE, MASTER_ADDR=127.0.0.1
-//     and MASTER_PORT=<free port>, waits for them, and then ENDS THE PROCESS
-//     with std::exit: 0 when every worker succeeded, else (after a message
-//     naming the failed rank on stderr) that rank's exit code, 128 + the
-//     signal that killed it, or 124 when launch_timeout passed; the launcher
-//     terminates the other workers first (SIGTERM, then SIGKILL).
-//     The workers run main() again from the start, so everything before
-//     fit runs on every rank, and everything after it only in the workers.
-//   - devices == 1 with none of these: a process group of one (single rank).
-// The store: a local spawn's workers share a c10d::FileStore in a private
-// (0700) directory the supervisor creates and removes, so they listen on no
-// socket but gloo's on 127.0.0.1 (LibTorch 1.13's TCPStore can only listen
-// on every interface). Otherwise rank 0 hosts the c10d::TCPStore at
-// MASTER_ADDR:MASTER_PORT. Every rank creates the process group with
-// process_group_timeout, and a CollectiveWatchdog (collective_watchdog.h)
-// that turns a failure on any rank into a report on every rank.
-// Backends: gloo (CPU tensors; the default on CPU), nccl (only in builds
-// with LibTorch's CUDA and the NCCL headers; the default with accelerator
-// cuda); asking for nccl without it is an lt::Error.
-//
-// Data: the training loader's sampler becomes a DistributedSampler
-// (shuffle and seed from the loader) whose padding follows
-// TrainerOptions::uneven_inputs: kPad pads as PyTorch does; kJoin shards
-// without padding (uneven; Join keeps collectives matched); kError shards
-// without padding and, before any training collective, allgathers the
-// per-rank batch counts and throws if they differ. Evaluation loaders are
-// sharded without padding, unless that would give ranks different batch
-// counts (then padded: a few samples count twice), so that sync_dist
-// logging issues the same collectives on every rank.
-//
-// Gradients: the module is wrapped in a DistributedDataParallel (see
-// distributed_data_parallel.h) at setup(); training_step runs the module's
-// training_step between DDP's pre_forward and post_forward; accumulation
-// micro-batches run under no_sync (the epoch context's BatchGuard), so only
-// the micro-batch that ends an accumulation window reduces gradients.
+// The strategy wires its parts together; each concern has its own file:
+//   - where the ranks come from: plugins/environments/cluster_environment.h
+//     (torchrun / RANK+WORLD_SIZE vars, SLURM, Open MPI / MPICH: this process
+//     is one rank, and devices * num_nodes must equal the world size);
+//   - a local spawn (none of these and devices > 1): the process that calls
+//     fit/validate/test/predict becomes a pure supervisor that never returns
+//     (plugins/launchers/subprocess_script.h, supervise_local_spawn). The
+//     workers run main() again from the start, so everything before fit
+//     runs on every rank, and everything after it only in the workers;
+//   - the store and the process group: ddp/process_group.h; a
+//     CollectiveWatchdog (ddp/collective_watchdog.h) turns a failure on any
+//     rank into a report on every rank;
+//   - the data: ddp/sharding.h (DistributedSampler per uneven_inputs);
+//   - gradients: the module is wrapped in a DistributedDataParallel
+//     (ddp/distributed_data_parallel.h) at setup(); training_step runs the
+//     module's training_step between DDP's pre_forward and post_forward;
+//   - the training epoch: ddp/epoch_contexts.h (no_sync accumulation, and
+//     Join under uneven_inputs: join, checked first by ddp/join_compatibility.h).
+// devices == 1 with no cluster launcher: a process group of one (single rank).
 
 #include <chrono>
 #include <cstdint>
@@ -57,12 +35,19 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <lightning_cpp/core/strategy.h>
-#include <lightning_cpp/core/trainer_options.h>
 #include <lightning_cpp/plugins/environments/cluster_environment.h>
 #include <lightning_cpp/plugins/strategies/ddp/collective_watchdog.h>
 #include <lightning_cpp/plugins/strategies/ddp/distributed_data_parallel.h>
+#include <lightning_cpp/plugins/strategies/ddp/join_compatibility.h>
 
 namespace lt {
+
+// What the DDP strategy does when ranks would get different numbers of batches.
+enum class UnevenInputs {
+  kJoin,   // no padding; Join keeps the collectives matched (see plugins/join)
+  kPad,    // PyTorch DistributedSampler padding: repeat samples so shards are even
+  kError,  // refuse before training if shard sizes differ
+};
 
 struct DDPStrategyOptions {
   // "gloo", "nccl", or "" for the accelerator's default (cpu: gloo, cuda: nccl).
@@ -79,6 +64,20 @@ struct DDPStrategyOptions {
   // Local spawn only: write rank r's stdout+stderr to <dir>/rank<r>.log
   // (empty: the workers share the supervisor's terminal).
   TORCH_ARG(std::string, worker_log_dir) = "";
+  // Uneven inputs (in YAML also trainer.uneven_inputs, trainer.join_*: aliases).
+  TORCH_ARG(UnevenInputs, uneven_inputs) = UnevenInputs::kJoin;
+  // Join (uneven_inputs kJoin), as PyTorch's Join / DDP.join arguments:
+  // enable=false trains without Join (uneven batch counts are then an error);
+  // throw_on_early_termination: every rank throws EarlyTerminationError at the
+  // first iteration some rank does not have; divide_by_initial_world_size=false
+  // averages each window's gradient over the ranks with data in it.
+  TORCH_ARG(bool, join_enable) = true;
+  TORCH_ARG(bool, join_throw_on_early_termination) = false;
+  TORCH_ARG(bool, join_divide_by_initial_world_size) = true;
+
+  JoinSettings join_settings() const {
+    return {join_enable(), join_throw_on_early_termination(), join_divide_by_initial_world_size()};
+  }
 };
 
 class DDPStrategy : public Strategy {
@@ -86,7 +85,7 @@ class DDPStrategy : public Strategy {
   explicit DDPStrategy(DDPStrategyOptions options = {});
   ~DDPStrategy() override;
   std::string name() const override { return "ddp"; }
-  // uneven_inputs kJoin: the Join-compatibility check (plugins/strategies/join_compatibility.h).
+  // uneven_inputs kJoin: the Join-compatibility check (ddp/join_compatibility.h).
   void check_features(const FeatureSet& features) override;
 
   // -- lifecycle ---------------------------------------------------------------
@@ -101,7 +100,7 @@ class DDPStrategy : public Strategy {
   // Waits for every rank at the end of a fit (a store barrier): a rank that
   // ran out of batches waits here, and a peer's failure or hang is reported.
   void on_train_end() override;
-  // Every rank's part in the failure (plugins/strategies/collective_watchdog.h).
+  // Every rank's part in the failure (ddp/collective_watchdog.h).
   std::exception_ptr on_exception(const std::exception& e) override;
   torch::Device root_device() const override { return device_; }
   int64_t global_rank() const override { return rank_; }
@@ -131,31 +130,20 @@ class DDPStrategy : public Strategy {
 
   // -- for Join, callbacks and tests ---------------------------------------------------
   const DDPStrategyOptions& options() const { return options_; }
+  // Between runs (a Trainer's fit/validate/test) the run settings may change:
+  // uneven_inputs, join_*, bucket and buffer options. The process group is
+  // made once per process, with the first run's backend and timeout.
+  DDPStrategyOptions& options() { return options_; }
   const c10::intrusive_ptr<c10d::ProcessGroup>& process_group() const { return process_group_; }
   // Null outside setup()..teardown().
   DistributedDataParallel* ddp() const { return ddp_.get(); }
   const ClusterEnvironment* cluster_environment() const { return environment_.get(); }
-  UnevenInputs uneven_inputs() const { return uneven_inputs_; }
+
+ private:
   // Marks a collective as running on this rank, for the failure report (inert with one rank).
   CollectiveWatchdog::Scope watch(const char* collective) {
     return CollectiveWatchdog::Scope(watchdog_.get(), collective);
   }
-  // Whether every rank stops at this boundary (see TrainingEpochContext::stop_requested).
-  bool agree_stop(bool local, int64_t step, bool lockstep, bool sync);
-  // The epoch context used when uneven_inputs is not kJoin: no_sync on accumulation micro-batches.
-  std::unique_ptr<TrainingEpochContext> no_sync_epoch_context(LightningModule& module, const EpochPlan& plan);
-
- protected:
-  // uneven_inputs == kJoin. THE ONE PLACE the Join context plugs in: it
-  // returns make_ddp_join_epoch_context(...) (plugins/strategies/ddp_join.h).
-  virtual std::unique_ptr<TrainingEpochContext> join_epoch_context(LightningModule& module, const EpochPlan& plan);
-
- private:
-  // The supervisor of a local spawn: launch, wait, std::exit.
-  [[noreturn]] void launch_local_workers(int64_t num_processes);
-  void init_process_group(const std::string& backend);
-  std::string resolve_backend(const TrainerOptions& options) const;
-  void check_even_batches(int64_t local_batches);
 
   DDPStrategyOptions options_;
   std::unique_ptr<ClusterEnvironment> environment_;
@@ -163,8 +151,6 @@ class DDPStrategy : public Strategy {
   c10::intrusive_ptr<c10d::ProcessGroup> process_group_;
   std::unique_ptr<DistributedDataParallel> ddp_;
   std::unique_ptr<CollectiveWatchdog> watchdog_;  // world size > 1
-  UnevenInputs uneven_inputs_ = UnevenInputs::kJoin;
-  bool join_enable_ = true;
   torch::Device device_{torch::kCPU};
   int64_t rank_ = 0;
   int64_t local_rank_ = 0;

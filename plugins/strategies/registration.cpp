@@ -7,6 +7,18 @@
 
 namespace lt {
 
+namespace {
+
+const char* uneven_inputs_name(UnevenInputs u) {
+  return u == UnevenInputs::kPad ? "pad" : u == UnevenInputs::kError ? "error" : "join";
+}
+
+UnevenInputs parse_uneven_inputs(const std::string& name) {
+  return name == "pad" ? UnevenInputs::kPad : name == "error" ? UnevenInputs::kError : UnevenInputs::kJoin;
+}
+
+}  // namespace
+
 void register_builtin_strategies(Registry& registry) {
   registry.add<Strategy>(
       "single_device", "one process on one device",
@@ -23,18 +35,31 @@ void register_builtin_strategies(Registry& registry) {
           throw ValueError(c10::str("single_device: '", device, "' is not a torch device (e.g. cpu, cuda:0)"));
         }
       });
+  const DDPStrategyOptions ddp;
+  auto seconds = [](std::chrono::milliseconds ms) { return static_cast<double>(ms.count()) / 1000.0; };
   registry.add<Strategy>(
       "ddp", "data parallel: one process per device (trainer.devices x num_nodes), gradients averaged by c10d",
       ArgSchema()
           .add_string("process_group_backend", std::nullopt, "gloo or nccl (null: nccl on cuda, else gloo)",
                       {"gloo", "nccl"})
-          .add_float("process_group_timeout", 180.0, "seconds a rendezvous or collective may take")
-          .add_float("bucket_cap_mb", 25.0, "gradient bucket size in MiB after the first iteration")
-          .add_bool("find_unused_parameters", false, "allow parameters that get no gradient on some rank")
-          .add_bool("gradient_as_bucket_view", false, "gradients are views into the allreduce buckets")
-          .add_bool("broadcast_buffers", true, "broadcast buffers from rank 0 before each forward")
-          .add_float("launch_timeout", 0.0, "local spawn: kill the workers after this many seconds (0: never)")
-          .add_string("worker_log_dir", std::nullopt, "local spawn: write rank r's output to <dir>/rank<r>.log"),
+          .add_float("process_group_timeout", seconds(ddp.process_group_timeout()),
+                     "seconds a rendezvous or collective may take")
+          .add_float("bucket_cap_mb", ddp.bucket_cap_mb(), "gradient bucket size in MiB after the first iteration")
+          .add_bool("find_unused_parameters", ddp.find_unused_parameters(),
+                    "allow parameters that get no gradient on some rank")
+          .add_bool("gradient_as_bucket_view", ddp.gradient_as_bucket_view(),
+                    "gradients are views into the allreduce buckets")
+          .add_bool("broadcast_buffers", ddp.broadcast_buffers(), "broadcast buffers from rank 0 before each forward")
+          .add_float("launch_timeout", seconds(ddp.launch_timeout()),
+                     "local spawn: kill the workers after this many seconds (0: never)")
+          .add_string("worker_log_dir", std::nullopt, "local spawn: write rank r's output to <dir>/rank<r>.log")
+          .add_string("uneven_inputs", uneven_inputs_name(ddp.uneven_inputs()), "ranks with different batch counts",
+                      {"join", "pad", "error"})
+          .add_bool("join_enable", ddp.join_enable(), "uneven_inputs join: train under Join (false: refuse uneven shards)")
+          .add_bool("join_throw_on_early_termination", ddp.join_throw_on_early_termination(),
+                    "Join: every rank stops with an error once one runs out of data")
+          .add_bool("join_divide_by_initial_world_size", ddp.join_divide_by_initial_world_size(),
+                    "Join: average gradients over all ranks (false: over the ranks with data)"),
       [](const InitArgs& args) {
         auto ms = [](double seconds) { return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0)); };
         return std::make_shared<DDPStrategy>(
@@ -46,7 +71,11 @@ void register_builtin_strategies(Registry& registry) {
                 .gradient_as_bucket_view(args.get_bool("gradient_as_bucket_view"))
                 .broadcast_buffers(args.get_bool("broadcast_buffers"))
                 .launch_timeout(ms(args.get_float("launch_timeout")))
-                .worker_log_dir(args.get_optional_string("worker_log_dir").value_or("")));
+                .worker_log_dir(args.get_optional_string("worker_log_dir").value_or(""))
+                .uneven_inputs(parse_uneven_inputs(args.get_string("uneven_inputs")))
+                .join_enable(args.get_bool("join_enable"))
+                .join_throw_on_early_termination(args.get_bool("join_throw_on_early_termination"))
+                .join_divide_by_initial_world_size(args.get_bool("join_divide_by_initial_world_size")));
       });
 }
 

@@ -184,12 +184,12 @@ int train_and_save() {
   probe->buckets = &buckets;
   probe->rebuilt = &rebuilt;
   probe->strategy = strategy.get();
+  strategy->options().uneven_inputs(lt::UnevenInputs::kPad);
   lt::Trainer trainer(lt::TrainerOptions()
                           .devices(world)
                           .strategy(strategy)
                           .max_epochs(1)
                           .accumulate_grad_batches(k)
-                          .uneven_inputs(lt::UnevenInputs::kPad)
                           .num_sanity_val_steps(0)
                           .enable_progress_bar(false)
                           .callbacks({probe})
@@ -432,9 +432,9 @@ LT_TEST_WORKER(UnevenError) {
   auto net = make_net(-1);
   lt::Trainer trainer(lt::TrainerOptions()
                           .devices(world)
-                          .strategy(std::make_shared<lt::DDPStrategy>(test_strategy_options()))
+                          .strategy(std::make_shared<lt::DDPStrategy>(
+                              test_strategy_options().uneven_inputs(lt::UnevenInputs::kError)))
                           .max_epochs(1)
-                          .uneven_inputs(lt::UnevenInputs::kError)
                           .enable_progress_bar(false)
                           .default_root_dir(env_str("LT_OUT")));
   auto loader = std::make_shared<lt::DataLoader>(std::make_shared<lt::TensorDataset>(data.x, data.y),

@@ -17,8 +17,8 @@
 #include <lightning_cpp/callbacks/model_checkpoint.h>
 #include <lightning_cpp/plugins/join/join.h>
 #include <lightning_cpp/plugins/strategies/ddp.h>
+#include <lightning_cpp/plugins/strategies/ddp/epoch_contexts.h>
 #include <lightning_cpp/plugins/strategies/ddp/join_compatibility.h>
-#include <lightning_cpp/plugins/strategies/ddp/join_context.h>
 #include <lightning_cpp/trainer/trainer.h>
 #include "support/multiprocess.h"
 
@@ -436,11 +436,10 @@ LT_TEST_WORKER(JoinMatrix) {
   for (const MatrixConfig& c : read_matrix()) {
     if (c.ws != ws) continue;
     auto model = std::make_shared<JoinNet>();
-    auto options = base_options(strategy, ws)
-                       .max_epochs(c.epochs)
-                       .accumulate_grad_batches(c.k)
-                       .join_divide_by_initial_world_size(c.divide)
-                       .join_throw_on_early_termination(c.throw_on_early_termination);
+    strategy->options()
+        .join_divide_by_initial_world_size(c.divide)
+        .join_throw_on_early_termination(c.throw_on_early_termination);
+    auto options = base_options(strategy, ws).max_epochs(c.epochs).accumulate_grad_batches(c.k);
     lt::Trainer trainer(options);
     bool threw = false;
     try {
@@ -529,7 +528,9 @@ TEST(JoinLogging, SyncDistMeanAndMaxAreOverTheActiveRanksOnly) {
 LT_TEST_WORKER(JoinDisabledUneven) {
   const int rank = env_int("RANK");
   auto model = std::make_shared<JoinNet>();
-  lt::Trainer trainer(base_options(make_strategy(), 2).join_enable(false));
+  auto strategy = make_strategy();
+  strategy->options().join_enable(false);
+  lt::Trainer trainer(base_options(strategy, 2));
   try {
     trainer.fit(model, rank_loader(rank, rank == 0 ? 2 : 5));
   } catch (const lt::Error& e) {

@@ -1,7 +1,7 @@
 #pragma once
 // The Join-compatibility check: before the first step of a fit with uneven
 // inputs under Join, every callback and feature of the run says how it
-// behaves while some ranks have joined (trainer/join_support.h). The check is
+// behaves while some ranks have joined (core/join_support.h). The check is
 // a pure function of the run's configuration, so every rank reaches the same
 // verdict without a collective; the DDP strategy runs it in check_features()
 // and a refusal lists every problem at once, each with its reason and fix.

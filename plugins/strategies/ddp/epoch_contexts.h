@@ -1,7 +1,16 @@
 #pragma once
-// The DDP strategy's training epoch under uneven inputs (uneven_inputs: join):
-// ONE Join context around the whole epoch, a per-micro-batch guard (no_sync
-// on accumulation micro-batches) and the end-of-epoch boundary.
+// The DDP strategy's training epochs. Each depends on the Strategy interface
+// (its collectives), the DDP wrapper and the collective watchdog only.
+//
+// no_sync (uneven_inputs: pad | error): gradients are reduced only on the
+// micro-batch that ends an accumulation window; the others run under
+// no_sync. Every rank runs the same iterations, so each issues the same
+// collectives, and the ranks agree through the store on the step a signal
+// stops them at.
+//
+// Join (uneven_inputs: join): ONE Join context around the whole epoch, a
+// per-micro-batch guard (no_sync on accumulation micro-batches) and the
+// end-of-epoch boundary.
 //
 // Invariants, for a rank with n batches, k = accumulate_grad_batches:
 //   - Windows are aligned on the micro-batch index: window w is micro-batches
@@ -25,7 +34,7 @@
 //        broadcast) when due, the grad-sync flag allreduce (1, or 0 under no_sync).
 //     2. backward: on the window's last micro-batch, one allreduce per bucket
 //        (+ unused-parameter map with find_unused_parameters).
-//     3. end_batch: the sync_dist logging reduction (plugins/join/joinable_logging.h).
+//     3. end_batch: the sync_dist logging reduction (ddp/joinable_logging.h).
 //   joined rank (in finish(), Join::join per active iteration):
 //     allreduce(zeros) matching 1's heartbeat [throw mode: allreduce(ones), throw],
 //     DDP main hook (shadows 1's rest and 2), logging main hook (shadows 3).
@@ -43,15 +52,25 @@
 
 namespace lt {
 
-class DDPStrategy;
+class CollectiveWatchdog;
+class DistributedDataParallel;
 class LightningModule;
 
-// The join_* TrainerOptions.
-JoinSettings join_settings(const TrainerOptions& options);
+// What an epoch context works with: the strategy's collectives, the module's
+// DDP wrapper, and the watchdog (null with one rank).
+struct DDPEpochParts {
+  Strategy& strategy;
+  DistributedDataParallel& ddp;
+  CollectiveWatchdog* watchdog;
+};
 
-// The epoch context DDPStrategy uses with uneven_inputs: join.
-std::unique_ptr<TrainingEpochContext> make_ddp_join_epoch_context(DDPStrategy& strategy, LightningModule& module,
-                                                                  const EpochPlan& plan);
+// uneven_inputs: pad | error.
+std::unique_ptr<TrainingEpochContext> make_no_sync_epoch_context(DDPEpochParts parts, LightningModule& module,
+                                                                 const EpochPlan& plan);
+
+// uneven_inputs: join.
+std::unique_ptr<TrainingEpochContext> make_join_epoch_context(DDPEpochParts parts, LightningModule& module,
+                                                              const EpochPlan& plan, const JoinSettings& settings);
 
 // ceil(n / k) * k with Join enabled, else n.
 int64_t join_num_iterations(int64_t num_batches, int64_t accumulate_grad_batches, bool join_enabled);

@@ -1,17 +1,54 @@
-#include <lightning_cpp/plugins/strategies/ddp/join_context.h>
+#include <lightning_cpp/plugins/strategies/ddp/epoch_contexts.h>
 
 #include <optional>
 
 #include <lightning_cpp/core/lightning_module.h>
 #include <lightning_cpp/core/run_state.h>
-#include <lightning_cpp/core/trainer_options.h>
 #include <lightning_cpp/plugins/join/join.h>
-#include <lightning_cpp/plugins/strategies/ddp.h>
+#include <lightning_cpp/plugins/strategies/ddp/collective_watchdog.h>
+#include <lightning_cpp/plugins/strategies/ddp/distributed_data_parallel.h>
 #include <lightning_cpp/plugins/strategies/ddp/joinable_logging.h>
+#include <lightning_cpp/plugins/strategies/ddp/sharding.h>
 
 namespace lt {
 
 namespace {
+
+CollectiveWatchdog::Scope watch(CollectiveWatchdog* watchdog, const char* collective) {
+  return CollectiveWatchdog::Scope(watchdog, collective);
+}
+
+// Whether every rank stops at this boundary (see TrainingEpochContext::stop_requested).
+bool agree_stop(CollectiveWatchdog* watchdog, bool local, const RunState* state, bool lockstep, bool sync) {
+  if (watchdog == nullptr) return local;
+  return watchdog->agree_stop(local, state != nullptr ? state->global_step : 0, lockstep, sync);
+}
+
+class NoSyncBatchGuard : public BatchGuard {
+ public:
+  explicit NoSyncBatchGuard(DistributedDataParallel& ddp) : guard_(ddp.no_sync()) {}
+
+ private:
+  DistributedDataParallel::NoSyncGuard guard_;
+};
+
+class NoSyncEpochContext : public TrainingEpochContext {
+ public:
+  NoSyncEpochContext(EpochPlan plan, DDPEpochParts parts, const RunState* state)
+      : TrainingEpochContext(plan), parts_(parts), state_(state) {}
+  std::unique_ptr<BatchGuard> batch(int64_t /*iteration*/, bool sync_gradients) override {
+    if (sync_gradients) return nullptr;
+    return std::make_unique<NoSyncBatchGuard>(parts_.ddp);
+  }
+  // The ranks run in lockstep: they agree through the store on the step to stop at.
+  bool stop_requested(bool local) override {
+    return agree_stop(parts_.watchdog, local, state_, /*lockstep=*/true, /*sync=*/true);
+  }
+
+ private:
+  DDPEpochParts parts_;
+  const RunState* state_;
+};
 
 class DDPJoinBatchGuard : public BatchGuard {
  public:
@@ -25,8 +62,13 @@ class DDPJoinBatchGuard : public BatchGuard {
 
 class DDPJoinEpochContext : public TrainingEpochContext {
  public:
-  DDPJoinEpochContext(EpochPlan plan, DDPStrategy& strategy, LightningModule& module, JoinSettings settings)
-      : TrainingEpochContext(plan), strategy_(strategy), module_(module), ddp_(*strategy.ddp()), settings_(settings) {
+  DDPJoinEpochContext(EpochPlan plan, DDPEpochParts parts, LightningModule& module, JoinSettings settings)
+      : TrainingEpochContext(plan),
+        strategy_(parts.strategy),
+        watchdog_(parts.watchdog),
+        module_(module),
+        ddp_(parts.ddp),
+        settings_(settings) {
     if (!settings_.enable) check_even_batches();
     ddp_.set_divide_by_initial_world_size(settings_.divide_by_initial_world_size);
     std::vector<Joinable*> joinables{&ddp_};
@@ -53,7 +95,7 @@ class DDPJoinEpochContext : public TrainingEpochContext {
     if (iteration >= plan().num_batches) {
       // A padding micro-batch has no training_step: run DDP's forward
       // sequence here so that its collectives match the other ranks'.
-      auto scope = strategy_.watch("DDP forward collectives (Join heartbeat, padding micro-batch)");
+      auto scope = watch(watchdog_, "DDP forward collectives (Join heartbeat, padding micro-batch)");
       ddp_.pre_forward();
       ddp_.post_forward({zero_loss(module_, ddp_.device())});
     }
@@ -62,22 +104,21 @@ class DDPJoinEpochContext : public TrainingEpochContext {
 
   void end_batch(int64_t iteration) override {
     if (!logging_ || !settings_.enable) return;
-    auto scope = strategy_.watch("sync_dist logging allreduce (Join)");
+    auto scope = watch(watchdog_, "sync_dist logging allreduce (Join)");
     logging_->flush(/*padding=*/iteration >= plan().num_batches);
   }
 
   // A rank may leave at once (Join shadows it); the others learn of the stop
   // from the watchdog thread, and from the store itself after finish().
   bool stop_requested(bool local) override {
-    const RunState* state = module_.runtime().state;
-    return strategy_.agree_stop(local, state != nullptr ? state->global_step : 0, /*lockstep=*/!settings_.enable,
-                                /*sync=*/finished_ || !settings_.enable);
+    return agree_stop(watchdog_, local, module_.runtime().state, /*lockstep=*/!settings_.enable,
+                      /*sync=*/finished_ || !settings_.enable);
   }
 
   void finish() override {
     finished_ = true;
     {
-      auto scope = strategy_.watch("Join (shadowing the ranks still training, final broadcast)");
+      auto scope = watch(watchdog_, "Join (shadowing the ranks still training, final broadcast)");
       join_->join();
     }
     if (!settings_.enable) return;
@@ -92,19 +133,16 @@ class DDPJoinEpochContext : public TrainingEpochContext {
 
  private:
   void check_even_batches() {
-    const torch::Tensor counts = strategy_.all_gather(torch::tensor({plan().num_batches}, torch::kLong)).flatten();
-    if ((counts == counts[0]).all().item<bool>()) return;
-    std::string per_rank;
-    for (int64_t r = 0; r < counts.size(0); ++r) {
-      per_rank += c10::str(r == 0 ? "" : ", ", "rank ", r, ": ", counts[r].item<int64_t>());
-    }
+    const std::string per_rank = uneven_counts(strategy_, plan().num_batches);
+    if (per_rank.empty()) return;
     throw Error(c10::str("uneven inputs with Join disabled (join_enable: false): the ranks have different numbers of "
                          "training batches this epoch (",
                          per_rank, "), so the ranks with more batches would wait forever in DDP's gradient "
                          "allreduce for the ranks that ran out. Set join_enable: true, or uneven_inputs: pad"));
   }
 
-  DDPStrategy& strategy_;
+  Strategy& strategy_;
+  CollectiveWatchdog* watchdog_;
   LightningModule& module_;
   DistributedDataParallel& ddp_;
   JoinSettings settings_;
@@ -115,25 +153,20 @@ class DDPJoinEpochContext : public TrainingEpochContext {
 
 }  // namespace
 
-JoinSettings join_settings(const TrainerOptions& options) {
-  JoinSettings s;
-  s.enable = options.join_enable();
-  s.throw_on_early_termination = options.join_throw_on_early_termination();
-  s.divide_by_initial_world_size = options.join_divide_by_initial_world_size();
-  return s;
-}
-
 int64_t join_num_iterations(int64_t num_batches, int64_t accumulate_grad_batches, bool join_enabled) {
   if (!join_enabled) return num_batches;
   const int64_t k = std::max<int64_t>(1, accumulate_grad_batches);
   return (num_batches + k - 1) / k * k;
 }
 
-std::unique_ptr<TrainingEpochContext> make_ddp_join_epoch_context(DDPStrategy& strategy, LightningModule& module,
-                                                                  const EpochPlan& plan) {
-  LT_CHECK(strategy.ddp() != nullptr, "strategy ddp: no module is wrapped (setup() not called)");
-  const JoinSettings settings = plan.options != nullptr ? join_settings(*plan.options) : JoinSettings{};
-  return std::make_unique<DDPJoinEpochContext>(plan, strategy, module, settings);
+std::unique_ptr<TrainingEpochContext> make_no_sync_epoch_context(DDPEpochParts parts, LightningModule& module,
+                                                                 const EpochPlan& plan) {
+  return std::make_unique<NoSyncEpochContext>(plan, parts, module.runtime().state);
+}
+
+std::unique_ptr<TrainingEpochContext> make_join_epoch_context(DDPEpochParts parts, LightningModule& module,
+                                                              const EpochPlan& plan, const JoinSettings& settings) {
+  return std::make_unique<DDPJoinEpochContext>(plan, parts, module, settings);
 }
 
 }  // namespace lt

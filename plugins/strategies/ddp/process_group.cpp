@@ -1,0 +1,148 @@
+#include <lightning_cpp/plugins/strategies/ddp/process_group.h>
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+// ProcessGroupGloo.hpp declares nothing unless USE_C10D_GLOO is defined (as
+// LibTorch's own build does); gloo's headers come with LibTorch (or libgloo-dev).
+#ifndef USE_C10D_GLOO
+#define USE_C10D_GLOO 1
+#endif
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#if defined(LT_WITH_NCCL) && LT_WITH_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include <lightning_cpp/core/check.h>
+#include <lightning_cpp/core/env.h>
+#include <lightning_cpp/plugins/environments/cluster_environment.h>
+#include <lightning_cpp/plugins/environments/local.h>
+
+namespace lt {
+
+namespace {
+
+bool is_loopback(const std::string& address) {
+  return address == "localhost" || address.rfind("127.", 0) == 0 || address == "::1";
+}
+
+// The local IPv4 address this host uses to reach `host` (a UDP "connect"
+// sends nothing; it only selects the route). Empty when it cannot tell.
+std::string local_address_towards(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* result = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port > 0 ? port : 9).c_str(), &hints, &result) != 0) return {};
+  std::string out;
+  const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+  if (fd >= 0 && result != nullptr && ::connect(fd, result->ai_addr, result->ai_addrlen) == 0) {
+    sockaddr_in local{};
+    socklen_t len = sizeof(local);
+    char buf[INET_ADDRSTRLEN] = {0};
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0 &&
+        ::inet_ntop(AF_INET, &local.sin_addr, buf, sizeof(buf)) != nullptr) {
+      out = buf;
+    }
+  }
+  if (fd >= 0) ::close(fd);
+  ::freeaddrinfo(result);
+  return out;
+}
+
+// Gloo's transport device: GLOO_SOCKET_IFNAME if set (as in PyTorch); the
+// loopback device for a local spawn or a loopback MASTER_ADDR; otherwise the
+// address of the interface that routes to MASTER_ADDR, so multi-node runs
+// work without naming an interface.
+std::shared_ptr<::gloo::transport::Device> gloo_device(const ClusterEnvironment& environment) {
+  if (auto ifname = env::get("GLOO_SOCKET_IFNAME")) {
+    const std::string first = ifname->substr(0, ifname->find(','));
+    return c10d::ProcessGroupGloo::createDeviceForInterface(first);
+  }
+  if (environment.name() == "local" || is_loopback(environment.main_address())) {
+    return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  }
+  const std::string local = local_address_towards(environment.main_address(), environment.main_port());
+  if (!local.empty()) return c10d::ProcessGroupGloo::createDeviceForHostname(local);
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+// Distinct store prefixes for the process groups one process creates, so a
+// second Trainer in the same workers (same MASTER_PORT) gets a fresh rendezvous.
+std::atomic<int> g_process_group_count{0};
+
+}  // namespace
+
+std::string resolve_process_group_backend(const std::string& requested, c10::DeviceType device,
+                                          const std::string& accelerator) {
+  const bool cuda = device == c10::DeviceType::CUDA;
+  const std::string backend = requested.empty() ? (cuda ? "nccl" : "gloo") : requested;
+  LT_CHECK_VALUE(backend == "gloo" || backend == "nccl", "strategy ddp: process_group_backend must be gloo or nccl, got '",
+                 backend, "'");
+  if (backend == "nccl") {
+#if !(defined(LT_WITH_NCCL) && LT_WITH_NCCL)
+    LT_CHECK_VALUE(false,
+                   "strategy ddp: process_group_backend nccl is not available in this build (LibTorch without CUDA, "
+                   "or no NCCL headers when lightning-cpp was built); use gloo with accelerator cpu, or rebuild "
+                   "against a CUDA LibTorch with NCCL");
+#endif
+    LT_CHECK_VALUE(cuda, "strategy ddp: process_group_backend nccl needs accelerator cuda, got accelerator '",
+                   accelerator, "'");
+  }
+  return backend;
+}
+
+DistributedConnection init_process_group(const ClusterEnvironment& environment, const std::string& backend,
+                                         std::chrono::milliseconds timeout) {
+  const int64_t rank = environment.global_rank(), world_size = environment.world_size();
+  const int index = g_process_group_count.fetch_add(1);
+  DistributedConnection out;
+  c10::intrusive_ptr<c10d::Store> base;
+  const auto local_store = env::get(LocalEnvironment::kStoreVar);
+  out.rendezvous = c10::str(environment.main_address(), ":", environment.main_port());
+  if (world_size == 1) {
+    base = c10::make_intrusive<c10d::HashStore>();
+  } else if (environment.name() == "local" && local_store) {
+    base = c10::make_intrusive<c10d::FileStore>(*local_store, -1);  // -1: the supervisor removes it
+    base->setTimeout(timeout);
+    out.rendezvous = *local_store;
+  } else {
+    c10d::TCPStoreOptions store_options;
+    store_options.port = static_cast<std::uint16_t>(environment.main_port());
+    store_options.isServer = rank == 0;
+    store_options.numWorkers = static_cast<size_t>(world_size);
+    store_options.waitWorkers = index == 0;  // later groups reuse the server every rank already joined
+    store_options.timeout = timeout;
+    store_options.multiTenant = true;  // a second Trainer in this process reuses the server
+    base = c10::make_intrusive<c10d::TCPStore>(environment.main_address(), store_options);
+  }
+  out.store = c10::make_intrusive<c10d::PrefixStore>("lt_pg_" + std::to_string(index), base);
+  if (backend == "gloo") {
+    auto gloo_options = c10d::ProcessGroupGloo::Options::create(timeout);
+    gloo_options->devices.push_back(gloo_device(environment));
+    gloo_options->threads = 2;  // PyTorch: 2 per device
+    out.process_group = c10::make_intrusive<c10d::ProcessGroupGloo>(out.store, static_cast<int>(rank),
+                                                                    static_cast<int>(world_size), gloo_options);
+  } else {
+#if defined(LT_WITH_NCCL) && LT_WITH_NCCL
+    auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
+    nccl_options->timeout = timeout;
+    out.process_group = c10::make_intrusive<c10d::ProcessGroupNCCL>(out.store, static_cast<int>(rank),
+                                                                    static_cast<int>(world_size), nccl_options);
+#endif
+  }
+  LT_INTERNAL_ASSERT(out.process_group, "no process group for backend '", backend, "'");
+  return out;
+}
+
+}  // namespace lt
