@@ -75,6 +75,7 @@ struct DDPStrategyOptions {
   TORCH_ARG(bool, join_throw_on_early_termination) = false;
   TORCH_ARG(bool, join_divide_by_initial_world_size) = true;
 
+ public:
   JoinSettings join_settings() const {
     return {join_enable(), join_throw_on_early_termination(), join_divide_by_initial_world_size()};
   }
