@@ -387,9 +387,15 @@ TEST_F(CallbacksTest, TrainerWithCsvLoggerPutsCheckpointsBesideTheLogs) {
 
 TEST_F(CallbacksTest, ConsoleLoggerRejectsBadLevel) {
   EXPECT_THROW(lt::ConsoleLogger(lt::ConsoleLoggerOptions().level("loud")), lt::ValueError);
-  lt::ConsoleLogger logger(lt::ConsoleLoggerOptions().stream("stderr"));
-  logger.log_metrics({{"a", 1.0}}, 3);
-  logger.finalize("success");
+  // A valid one writes its lines where it was told, at its precision.
+  testing::internal::CaptureStderr();
+  {
+    lt::ConsoleLogger logger(lt::ConsoleLoggerOptions().stream("stderr").pattern("%v").precision(3));
+    logger.log_metrics({{"a", 1.23456}, {"b", 2.0}}, 3);
+    logger.finalize("success");
+  }
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(err, "step 3: a=1.23, b=2\nrun success\n");
 }
 
 }  // namespace

@@ -15,7 +15,6 @@
 #include <lightning_cpp/data/fashion_mnist.h>
 #include "fashion_mnist/registration.h"
 #include "support/seeding.h"
-#include <lightning_cpp/callbacks/registration.h>
 #include <lightning_cpp/cli/register_builtins.h>
 #include <lightning_cpp/core/registry.h>
 #include <lightning_cpp/trainer/trainer.h>
@@ -329,47 +328,7 @@ TEST_F(CliTest, PredictWritesPredictions) {
   EXPECT_TRUE(fs::exists(dir_ / "lightning_logs" / "version_0" / "predictions.pt"));
 }
 
-// -- registry and plugins -------------------------------------------------------------------------
-
-TEST(Registry, GlobalHasTheBuiltinsWithoutStaticRegistrars) {
-  // The test binary links lightning_cpp as users do; builtins come from
-  // explicit register_builtin_* calls, so none can be dropped by the linker.
-  lt::Registry& r = lt::Registry::global();
-  EXPECT_TRUE(r.contains<lt::Strategy>("single_device"));
-  for (const char* cb : {"EarlyStopping", "ModelCheckpoint", "LearningRateMonitor", "ProgressBar", "Timer"}) {
-    EXPECT_TRUE(r.contains<lt::Callback>(cb)) << cb;
-  }
-  EXPECT_TRUE(r.contains<lt::Logger>("CSVLogger"));
-  EXPECT_TRUE(r.contains<lt::Logger>("ConsoleLogger"));
-  EXPECT_TRUE(r.contains<lt::FitLoop>("FitLoop"));
-  EXPECT_EQ(&r, &lt::Registry::global());
-}
-
-TEST(Registry, DuplicateNameIsAnError) {
-  lt::Registry r;
-  lt::register_builtins(r);
-  try {
-    lt::register_builtin_callbacks(r);
-    FAIL() << "expected a duplicate-name error";
-  } catch (const lt::Error& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "Registry: callback 'EarlyStopping' is registered twice (by builtin and by builtin)");
-  }
-}
-
-TEST(Registry, UnknownNameListsKnownOnes) {
-  lt::Registry r;
-  lt::register_builtins(r);
-  try {
-    r.get<lt::Logger>("CsvLogger");
-    FAIL();
-  } catch (const lt::ValueError& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "unknown logger 'CsvLogger'; did you mean 'CSVLogger'? (registered loggers: CSVLogger, ConsoleLogger)");
-  }
-  auto es = r.create<lt::Callback>("EarlyStopping");
-  EXPECT_EQ(es->name(), "EarlyStopping");
-}
+// -- plugins (the registry itself: tests/registry_test.cpp) ---------------------------------------------------------------------
 
 TEST_F(CliTest, PluginByPathRegistersAModelThatTrainsFromYaml) {
   const std::string plugin = LT_EXAMPLE_PLUGIN;

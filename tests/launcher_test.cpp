@@ -2,18 +2,40 @@
 // reach the parent, and one failing worker ends the others long before the
 // timeout.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
 #include <thread>
 
 #include "support/multiprocess.h"
 
 using lt::testing::env_int;
+using lt::testing::env_str;
 using lt::testing::run_workers;
 
+// Ranks 0 and 2 leave their pid and exit 0. Rank 1 exits 3 only once the
+// launcher has reaped both (their pids are gone), so they ended on their own
+// and were not terminated because of rank 1.
 LT_TEST_WORKER(ExitWithRank) {
-  if (env_int("RANK") != 1) return 0;
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the others have exited by now
+  const std::string dir = env_str("LT_PID_DIR");
+  if (env_int("RANK") != 1) {
+    std::ofstream(dir + "/pid" + env_str("RANK")) << ::getpid();
+    return 0;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  for (const char* rank : {"0", "2"}) {
+    pid_t pid = 0;
+    while (pid == 0 || ::kill(pid, 0) == 0 || errno != ESRCH) {
+      LT_WORKER_CHECK(std::chrono::steady_clock::now() < deadline, "rank ", rank, " was not reaped within 30 s");
+      std::ifstream(dir + "/pid" + rank) >> pid;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
   return 3;
 }
 
@@ -24,7 +46,12 @@ LT_TEST_WORKER(RankOneCrashesOthersHang) {
 }
 
 TEST(Launcher, ExitCodesReachTheParent) {
-  auto r = run_workers("ExitWithRank", 3);
+  const auto dir = std::filesystem::temp_directory_path() / ("lt_launcher_test_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  lt::testing::WorkerOptions options;
+  options.env["LT_PID_DIR"] = dir.string();
+  auto r = run_workers("ExitWithRank", 3, options);
+  std::filesystem::remove_all(dir);
   ASSERT_EQ(r.exits.size(), 3u);
   EXPECT_TRUE(r.exits[0].ok()) << r.summary();
   EXPECT_EQ(r.exits[1].exit_code, 3) << r.summary();

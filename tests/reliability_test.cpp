@@ -89,16 +89,23 @@ TEST(Checkpoint, KillDuringSaveAlwaysLeavesAGoodCheckpoint) {
     const pid_t pid = start_worker("SaveCheckpointsForever", {{"LT_CKPT_PATH", path}});
     // Wait for this round's first completed save (process start-up takes a
     // while), then kill at a random moment of the following saves.
-    for (int i = 0; i < 600; ++i) {
+    auto saved_this_round = [&] {
       std::error_code ec;
-      if (fs::exists(path, ec) && fs::last_write_time(path, ec) >= round_start) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      return fs::exists(path, ec) && fs::last_write_time(path, ec) >= round_start;
+    };
+    bool saved = false;
+    for (int i = 0; i < 600 && !saved; ++i) {
+      saved = saved_this_round();
+      if (!saved) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms(rng)));
     kill(pid, SIGKILL);
     int status = 0;
     waitpid(pid, &status, 0);
+    ASSERT_TRUE(saved) << "round " << round << ": the worker completed no save within 30 s";
     ASSERT_TRUE(WIFSIGNALED(status)) << "round " << round;
+    // What is there now was written in this round: a save the kill interrupted left no trace.
+    EXPECT_TRUE(saved_this_round()) << "round " << round;
     auto loaded = lt::pickle_load_file(path).toGenericDict();
     const int64_t step = loaded.at("step").toInt();
     auto payload = loaded.at("payload").toTensor();

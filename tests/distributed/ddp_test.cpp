@@ -362,32 +362,29 @@ LT_TEST_WORKER(Collectives) {
   const int64_t world = env_int("WORLD_SIZE"), rank = env_int("RANK");
   lt::DDPStrategy s(test_strategy_options());
   s.setup_environment(lt::TrainerOptions().devices(world));
-  auto check = [&](bool ok, const std::string& what) {
-    if (!ok) throw lt::Error("rank " + std::to_string(rank) + ": " + what);
-  };
   const double x = static_cast<double>(rank + 1);
   const double sum = world * (world + 1) / 2.0;
-  check(s.reduce(torch::tensor(x), lt::ReduceOp::kSum).item<double>() == sum, "sum");
-  check(s.reduce(torch::tensor(x), lt::ReduceOp::kMean).item<double>() == sum / world, "mean");
-  check(s.reduce(torch::tensor(x), lt::ReduceOp::kMin).item<double>() == 1.0, "min");
-  check(s.reduce(torch::tensor(x), lt::ReduceOp::kMax).item<double>() == static_cast<double>(world), "max");
-  check(s.reduce(torch::tensor(rank + 1), lt::ReduceOp::kMean).item<double>() == sum / world, "integer mean");
+  LT_WORKER_CHECK(s.reduce(torch::tensor(x), lt::ReduceOp::kSum).item<double>() == sum, "sum");
+  LT_WORKER_CHECK(s.reduce(torch::tensor(x), lt::ReduceOp::kMean).item<double>() == sum / world, "mean");
+  LT_WORKER_CHECK(s.reduce(torch::tensor(x), lt::ReduceOp::kMin).item<double>() == 1.0, "min");
+  LT_WORKER_CHECK(s.reduce(torch::tensor(x), lt::ReduceOp::kMax).item<double>() == static_cast<double>(world), "max");
+  LT_WORKER_CHECK(s.reduce(torch::tensor(rank + 1), lt::ReduceOp::kMean).item<double>() == sum / world, "integer mean");
   auto gathered = s.all_gather(torch::full({2}, rank));
-  check(gathered.sizes() == torch::IntArrayRef({world, 2}), "all_gather shape");
-  for (int64_t r = 0; r < world; ++r) check(gathered[r][1].item<int64_t>() == r, "all_gather value");
-  check(s.broadcast(torch::tensor({rank * 10}), 1).item<int64_t>() == 10, "broadcast");
+  LT_WORKER_CHECK(gathered.sizes() == torch::IntArrayRef({world, 2}), "all_gather shape");
+  for (int64_t r = 0; r < world; ++r) LT_WORKER_CHECK(gathered[r][1].item<int64_t>() == r, "all_gather value");
+  LT_WORKER_CHECK(s.broadcast(torch::tensor({rank * 10}), 1).item<int64_t>() == 10, "broadcast");
   s.barrier("test");
-  check(s.reduce_boolean_decision(true, true), "all true");
-  check(!s.reduce_boolean_decision(rank == 0, true), "all with one false");
-  check(s.reduce_boolean_decision(rank == 0, false), "any with one true");
-  check(!s.reduce_boolean_decision(false, false), "any all false");
+  LT_WORKER_CHECK(s.reduce_boolean_decision(true, true), "all true");
+  LT_WORKER_CHECK(!s.reduce_boolean_decision(rank == 0, true), "all with one false");
+  LT_WORKER_CHECK(s.reduce_boolean_decision(rank == 0, false), "any with one true");
+  LT_WORKER_CHECK(!s.reduce_boolean_decision(false, false), "any all false");
   bool refused = false;
   try {
     s.all_gather(torch::zeros({rank + 1}));
   } catch (const lt::Error&) {
     refused = true;
   }
-  check(refused, "all_gather of different shapes must throw on every rank");
+  LT_WORKER_CHECK(refused, "all_gather of different shapes must throw on every rank");
   return 0;
 }
 
@@ -412,7 +409,7 @@ LT_TEST_WORKER(SyncDistValidation) {
   const double mine = metrics.at("val_loss");
   auto all = trainer.strategy().all_gather(torch::tensor({mine}, torch::kDouble)).flatten();
   for (int64_t r = 0; r < world; ++r) {
-    if (all[r].item<double>() != mine) throw lt::Error("rank " + std::to_string(rank) + ": val_loss differs");
+    LT_WORKER_CHECK(all[r].item<double>() == mine, "val_loss differs from rank ", r);
   }
   return 0;
 }

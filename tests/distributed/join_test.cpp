@@ -120,14 +120,6 @@ std::vector<int> inputs_per_rank() {
   return out;
 }
 
-#define WORKER_CHECK(cond)                                                                 \
-  do {                                                                                      \
-    if (!(cond)) {                                                                          \
-      std::cerr << "rank " << env_int("RANK") << ": check failed: " #cond " at line " << __LINE__ \
-                << std::endl;                                                               \
-      return 1;                                                                             \
-    }                                                                                       \
-  } while (0)
 
 }  // namespace
 
@@ -160,22 +152,22 @@ LT_TEST_WORKER(JoinAllReducer) {
     expected += static_cast<double>(std::count_if(inputs.begin(), inputs.end(), [&](int n) { return n > i; }));
   }
   expected *= num_joinables * num_allreduces;
-  WORKER_CHECK(total == expected);
+  LT_WORKER_CHECK(total == expected);
   const int max_inputs = *std::max_element(inputs.begin(), inputs.end());
   for (size_t j = 0; j < reducers.size(); ++j) {
     const AllReducer& r = *reducers[j];
     // Only the first joinable sends the heartbeat.
-    WORKER_CHECK(r.heartbeats_ == (enable && j == 0 ? inputs[rank] : 0));
+    LT_WORKER_CHECK(r.heartbeats_ == (enable && j == 0 ? inputs[rank] : 0));
     if (!enable) {
-      WORKER_CHECK(r.post_hook_calls_ == 0);
+      LT_WORKER_CHECK(r.post_hook_calls_ == 0);
       continue;
     }
-    WORKER_CHECK(r.main_hook_calls_ == max_inputs - inputs[rank]);
-    WORKER_CHECK(r.post_hook_calls_ == 1);
-    WORKER_CHECK(r.is_last_joiner_ == (inputs[rank] == max_inputs));
-    WORKER_CHECK(r.post_value_ == AllReducer::kAfter);
+    LT_WORKER_CHECK(r.main_hook_calls_ == max_inputs - inputs[rank]);
+    LT_WORKER_CHECK(r.post_hook_calls_ == 1);
+    LT_WORKER_CHECK(r.is_last_joiner_ == (inputs[rank] == max_inputs));
+    LT_WORKER_CHECK(r.post_value_ == AllReducer::kAfter);
     // The config is reset when the context ends.
-    WORKER_CHECK(!r.join_config().enable);
+    LT_WORKER_CHECK(!r.join_config().enable);
   }
   return 0;
 }
@@ -229,16 +221,16 @@ LT_TEST_WORKER(JoinThrowOnEarlyTermination) {
     const std::string what = e.what();
     std::cerr << "rank " << rank << " EarlyTerminationError after " << iterations << ": " << what << std::endl;
     if (inputs[rank] == min_inputs) {
-      WORKER_CHECK(what == c10::str("Rank ", rank, " exhausted all inputs."));
+      LT_WORKER_CHECK(what == c10::str("Rank ", rank, " exhausted all inputs."));
     } else {
-      WORKER_CHECK(what.find("Detected at least one rank that exhausted inputs") != std::string::npos);
+      LT_WORKER_CHECK(what.find("Detected at least one rank that exhausted inputs") != std::string::npos);
     }
     // Every rank stops at the first iteration some rank does not have.
-    WORKER_CHECK(iterations == min_inputs);
-    WORKER_CHECK(!reducer.join_config().enable);
+    LT_WORKER_CHECK(iterations == min_inputs);
+    LT_WORKER_CHECK(!reducer.join_config().enable);
     return 0;
   }
-  std::cerr << "rank " << rank << ": no EarlyTerminationError" << std::endl;
+  LT_WORKER_CHECK(false, "no EarlyTerminationError");
   return 1;
 }
 
@@ -261,8 +253,8 @@ LT_TEST_WORKER(JoinWarnsOnSkew) {
   for (int i = 0; i < inputs[rank]; ++i) reducer.step();
   join.join();
   const bool behind = inputs[rank] + lt::Join::kWarnThreshold + 1 < *std::max_element(inputs.begin(), inputs.end());
-  WORKER_CHECK(capture.messages.size() == (behind ? 1u : 0u));
-  if (behind) WORKER_CHECK(capture.messages[0].find("uneven input skew of greater than 1000") != std::string::npos);
+  LT_WORKER_CHECK(capture.messages.size() == (behind ? 1u : 0u));
+  if (behind) LT_WORKER_CHECK(capture.messages[0].find("uneven input skew of greater than 1000") != std::string::npos);
   return 0;
 }
 
@@ -454,15 +446,13 @@ LT_TEST_WORKER(JoinMatrix) {
     const torch::Tensor all = strategy->all_gather(params);
     const double error = (params - expected).abs().max().item<double>();
     const double spread = (all - all[0]).abs().max().item<double>();
-    if (threw != (c.throw_on_early_termination && uneven) || error > 1e-6 || spread != 0.0) {
-      std::cerr << "rank " << rank << " FAILED " << c.describe() << ": threw=" << threw << " error=" << error
-                << " spread across ranks=" << spread << std::endl;
-      return 1;
-    }
+    LT_WORKER_CHECK(threw == (c.throw_on_early_termination && uneven) && error <= 1e-6 && spread == 0.0,
+                    c.describe(), ": threw=", threw, " error=", error, " spread across ranks=", spread);
     ++checked;
   }
   std::cerr << "rank " << rank << ": " << checked << " configurations match the reference" << std::endl;
-  return checked > 0 ? 0 : 1;
+  LT_WORKER_CHECK(checked > 0, "no configuration for world size ", ws);
+  return 0;
 }
 
 TEST(JoinMatrix, TwoRanks) {
@@ -505,13 +495,10 @@ LT_TEST_WORKER(JoinSyncDistLogging) {
   trainer.fit(model, rank_loader(rank, counts[rank]));
   // Rank r logs r + 1; the reduction is over the ranks still training.
   const std::vector<std::pair<double, double>> expected = {{2.0, 3.0}, {2.5, 3.0}, {2.0, 2.0}};
-  WORKER_CHECK(static_cast<int64_t>(model->logged.size()) == counts[rank]);
+  LT_WORKER_CHECK(static_cast<int64_t>(model->logged.size()) == counts[rank]);
   for (size_t i = 0; i < model->logged.size(); ++i) {
-    if (model->logged[i] != expected[i]) {
-      std::cerr << "rank " << rank << " batch " << i << ": mean " << model->logged[i].first << " max "
-                << model->logged[i].second << std::endl;
-      return 1;
-    }
+    LT_WORKER_CHECK(model->logged[i] == expected[i], "batch ", i, ": mean ", model->logged[i].first, " max ",
+                    model->logged[i].second);
   }
   return 0;
 }
@@ -536,11 +523,12 @@ LT_TEST_WORKER(JoinDisabledUneven) {
   } catch (const lt::Error& e) {
     const std::string what = e.what();
     std::cerr << "rank " << rank << ": " << what << std::endl;
-    WORKER_CHECK(what.find("Join disabled (join_enable: false)") != std::string::npos);
-    WORKER_CHECK(what.find("rank 0: 2, rank 1: 5") != std::string::npos);
-    WORKER_CHECK(model->training_steps == 0);
+    LT_WORKER_CHECK(what.find("Join disabled (join_enable: false)") != std::string::npos);
+    LT_WORKER_CHECK(what.find("rank 0: 2, rank 1: 5") != std::string::npos);
+    LT_WORKER_CHECK(model->training_steps == 0);
     return 0;
   }
+  LT_WORKER_CHECK(false, "fit trained uneven inputs with Join disabled instead of refusing them");
   return 1;
 }
 
@@ -658,15 +646,16 @@ LT_TEST_WORKER(JoinRefusedBeforeTheFirstStep) {
     trainer.fit(model, rank_loader(rank, rank == 0 ? 3 : 5), rank_loader(rank, 1));
   } catch (const lt::JoinCompatibilityError& e) {
     const std::string what = e.what();
-    WORKER_CHECK(what.find("3 features are incompatible") != std::string::npos);
-    WORKER_CHECK(model->training_steps == 0);
+    LT_WORKER_CHECK(what.find("3 features are incompatible") != std::string::npos);
+    LT_WORKER_CHECK(model->training_steps == 0);
     // The same process group then trains a compatible set.
     auto ok_model = std::make_shared<ValNet>();
     lt::Trainer ok_trainer(base_options(make_strategy(), 2).val_check_interval(1.0));
     ok_trainer.fit(ok_model, rank_loader(rank, rank == 0 ? 3 : 5), rank_loader(rank, 1));
-    WORKER_CHECK(ok_model->training_steps == (rank == 0 ? 3 : 5));
+    LT_WORKER_CHECK(ok_model->training_steps == (rank == 0 ? 3 : 5));
     return 0;
   }
+  LT_WORKER_CHECK(false, "fit was not refused");
   return 1;
 }
 

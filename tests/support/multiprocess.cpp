@@ -41,6 +41,9 @@ int run_requested_worker() {
   }
   try {
     return it->second();
+  } catch (const WorkerCheckFailure& e) {
+    std::cerr << e.what() << std::endl;
+    return 1;
   } catch (const std::exception& e) {
     std::cerr << "worker '" << name << "' rank " << env_str("RANK") << " threw: " << e.what() << "\n";
     return 91;

@@ -10,8 +10,11 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
+
+#include <c10/util/StringUtil.h>
 
 #include <lightning_cpp/plugins/launchers/subprocess_script.h>
 
@@ -43,6 +46,12 @@ WorkersResult run_workers(const std::string& name, int world_size, const WorkerO
 int env_int(const char* name, int fallback = 0);
 std::string env_str(const char* name, const std::string& fallback = {});
 
+// What LT_WORKER_CHECK throws; the worker prints it and exits 1.
+class WorkerCheckFailure : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 }  // namespace lt::testing
 
 #define LT_TEST_WORKER(name)                                                                         \
@@ -50,3 +59,18 @@ std::string env_str(const char* name, const std::string& fallback = {});
   static const bool lt_test_worker_registered_##name =                                               \
       ::lt::testing::register_worker(#name, lt_test_worker_##name);                                  \
   static int lt_test_worker_##name()
+
+// The one way a worker body (or anything it calls) asserts:
+//   LT_WORKER_CHECK(steps == 3);
+//   LT_WORKER_CHECK(steps == 3, "after epoch ", epoch, ": ", steps);
+// A failure ends the worker with exit code 1 after "rank R: check failed:
+// COND at FILE:LINE: MESSAGE" on its stderr, which r.summary() shows.
+#define LT_WORKER_CHECK(...) LT_WORKER_CHECK_IMPL(__VA_ARGS__, "")
+#define LT_WORKER_CHECK_IMPL(cond, ...)                                                                       \
+  do {                                                                                                        \
+    if (!(cond)) {                                                                                            \
+      throw ::lt::testing::WorkerCheckFailure(::c10::str("rank ", ::lt::testing::env_str("RANK", "?"),       \
+                                                         ": check failed: ", #cond, " at ", __FILE__, ":",    \
+                                                         __LINE__, ": ", __VA_ARGS__));                       \
+    }                                                                                                         \
+  } while (0)

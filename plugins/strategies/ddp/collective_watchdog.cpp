@@ -190,23 +190,24 @@ void CollectiveWatchdog::wait_for_statuses(std::chrono::milliseconds wait) {
   }
 }
 
-std::string CollectiveWatchdog::report(const std::string& headline,
-                                       const std::map<int64_t, std::string>& statuses) const {
+std::string format_watchdog_report(const std::string& headline, const std::map<int64_t, std::string>& statuses,
+                                   int64_t rank, int64_t world_size, bool join,
+                                   std::chrono::milliseconds report_wait) {
   std::ostringstream os;
   os << headline;
   std::vector<int64_t> failed, finished, elsewhere;
-  for (int64_t r = 0; r < world_size_; ++r) {
+  for (int64_t r = 0; r < world_size; ++r) {
     const Status s = parse(statuses, r);
     os << "\n  rank " << r << ": ";
     if (!s.present) {
-      os << "did not check in within " << options_.report_wait().count() / 1000.0
+      os << "did not check in within " << report_wait.count() / 1000.0
          << " s (the process died, or cannot reach the store)";
     } else {
       os << s.text;
     }
     if (s.kind == kFinished) finished.push_back(r);
     if (!s.present || (s.kind != kInCollective && s.kind != kFailedInCollective)) elsewhere.push_back(r);
-    if (r != rank_ && s.kind == kFailed) failed.push_back(r);
+    if (r != rank && s.kind == kFailed) failed.push_back(r);
   }
   auto list = [](const std::vector<int64_t>& ranks) {
     std::string out;
@@ -217,12 +218,12 @@ std::string CollectiveWatchdog::report(const std::string& headline,
   if (!failed.empty()) os << "\ncause: rank " << failed.front() << " failed (above); the others stopped with it";
   // Ranks still training in different epochs ran different numbers of batches.
   std::set<int64_t> epochs;
-  for (int64_t r = 0; r < world_size_; ++r) {
+  for (int64_t r = 0; r < world_size; ++r) {
     const Status s = parse(statuses, r);
     if (s.present && s.kind != kFinished) epochs.insert(s.epoch);
   }
   const bool other_epoch = epochs.size() > 1;
-  if (join_.load()) {
+  if (join) {
     os << "\nuneven inputs are not the cause: Join handles them in this run";
   } else if (!finished.empty() || other_epoch) {
     os << "\nlikely cause: uneven inputs without Join: the ranks ran different numbers of batches"
@@ -233,6 +234,11 @@ std::string CollectiveWatchdog::report(const std::string& headline,
     os << "\nuneven inputs are not the likely cause: every rank that answered is in the same epoch";
   }
   return os.str();
+}
+
+std::string CollectiveWatchdog::report(const std::string& headline,
+                                       const std::map<int64_t, std::string>& statuses) const {
+  return format_watchdog_report(headline, statuses, rank_, world_size_, join_.load(), options_.report_wait());
 }
 
 std::exception_ptr CollectiveWatchdog::on_exception(const std::exception& e) {

@@ -72,6 +72,16 @@ struct CollectiveWatchdogOptions {
   TORCH_ARG(std::chrono::milliseconds, poll) = std::chrono::milliseconds(100);
 };
 
+// The report every rank gives when a run fails: the headline, each rank's
+// status line (`statuses`: rank -> "<kind> <epoch> <step> <batch> <batches>|<text>",
+// kinds collective, own_code, failed, failed_in_collective, finished; a rank
+// missing from it did not check in within `report_wait`), the ranks that did
+// not arrive in the collective, and whether uneven inputs are the likely
+// cause (`join`: the run trains under Join). `rank` is the reporting rank.
+std::string format_watchdog_report(const std::string& headline, const std::map<int64_t, std::string>& statuses,
+                                   int64_t rank, int64_t world_size, bool join,
+                                   std::chrono::milliseconds report_wait);
+
 class CollectiveWatchdog {
  public:
   CollectiveWatchdog(c10::intrusive_ptr<c10d::Store> store, int64_t rank, int64_t world_size,
