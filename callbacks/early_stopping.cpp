@@ -1,9 +1,9 @@
 #include <lightning_cpp/callbacks/early_stopping.h>
 
-#include <iostream>
 #include <limits>
 
 #include <lightning_cpp/core/check.h>
+#include <lightning_cpp/core/rank_zero.h>
 #include <lightning_cpp/trainer/trainer.h>
 
 namespace lt {
@@ -61,7 +61,7 @@ void EarlyStopping::run_check(Trainer& trainer) {
   if (stop) {
     stopped_epoch_ = trainer.current_epoch();
     trainer.set_should_stop(true);
-    if (options_.verbose() && trainer.is_global_zero()) std::cerr << "EarlyStopping: " << reason_ << "\n";
+    if (options_.verbose() && trainer.is_global_zero()) rank_zero_info("EarlyStopping: ", reason_);
   }
 }
 

@@ -3,11 +3,11 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <iostream>
 #include <limits>
 #include <regex>
 
 #include <lightning_cpp/core/check.h>
+#include <lightning_cpp/core/rank_zero.h>
 #include <lightning_cpp/trainer/trainer.h>
 
 namespace lt {
@@ -161,8 +161,8 @@ void ModelCheckpoint::save_monitored(Trainer& trainer, const std::map<std::strin
                     better(current, best_k_models_.at(kth_best_model_path_));
   if (!keep) {
     if (options_.verbose() && trainer.is_global_zero()) {
-      std::cerr << "Epoch " << trainer.current_epoch() << ", global step " << trainer.global_step() << ": '"
-                << options_.monitor() << "' was not in top " << top_k << "\n";
+      rank_zero_info("Epoch ", trainer.current_epoch(), ", global step ", trainer.global_step(), ": '",
+                     options_.monitor(), "' was not in top ", top_k);
     }
     return;
   }
@@ -195,9 +195,9 @@ void ModelCheckpoint::save_monitored(Trainer& trainer, const std::map<std::strin
   best_model_path_ = best->first;
   best_model_score_ = best->second;
   if (options_.verbose() && trainer.is_global_zero()) {
-    std::cerr << "Epoch " << trainer.current_epoch() << ", global step " << trainer.global_step() << ": '"
-              << options_.monitor() << "' reached " << current << " (best " << *best_model_score_ << "), saving model to '"
-              << path << "' as top " << k << "\n";
+    rank_zero_info("Epoch ", trainer.current_epoch(), ", global step ", trainer.global_step(), ": '",
+                   options_.monitor(), "' reached ", current, " (best ", *best_model_score_, "), saving model to '", path,
+                   "' as top ", k);
   }
   write(trainer, path);
   if (!to_delete.empty() && to_delete != path) remove(trainer, to_delete);

@@ -1,10 +1,10 @@
 #include <lightning_cpp/callbacks/timer.h>
 
-#include <iostream>
 #include <sstream>
 #include <vector>
 
 #include <lightning_cpp/core/check.h>
+#include <lightning_cpp/core/rank_zero.h>
 #include <lightning_cpp/trainer/trainer.h>
 
 namespace lt {
@@ -68,8 +68,8 @@ void Timer::check(Trainer& trainer) {
   if (!stop_now) return;
   trainer.set_should_stop(true);
   if (options_.verbose() && trainer.is_global_zero()) {
-    std::cerr << "Timer: time limit of " << options_.duration()->count() << " s reached; stopping at epoch "
-              << trainer.current_epoch() << ", step " << trainer.global_step() << "\n";
+    rank_zero_info("Timer: time limit of ", options_.duration()->count(), " s reached; stopping at epoch ",
+                   trainer.current_epoch(), ", step ", trainer.global_step());
   }
 }
 

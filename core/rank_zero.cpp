@@ -26,11 +26,25 @@ void rank_zero_info_message(const std::string& message) {
   std::fflush(stdout);
 }
 
+namespace {
+std::mutex g_warning_mutex;
+WarningHandler g_warning_handler;  // guarded by g_warning_mutex
+}  // namespace
+
+WarningHandler set_warning_handler(WarningHandler handler) {
+  std::lock_guard<std::mutex> lock(g_warning_mutex);
+  std::swap(handler, g_warning_handler);
+  return handler;
+}
+
 void warn_message(const std::string& message) {
-  static std::mutex mutex;
   static std::set<std::string> seen;
-  std::lock_guard<std::mutex> lock(mutex);
+  std::lock_guard<std::mutex> lock(g_warning_mutex);
   if (!seen.insert(message).second) return;
+  if (g_warning_handler) {
+    g_warning_handler(message);
+    return;
+  }
   std::fprintf(stderr, "lightning-cpp warning: %s\n", message.c_str());
   std::fflush(stderr);
 }

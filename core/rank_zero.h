@@ -10,6 +10,7 @@
 //   lt::rank_zero_info("launching ", n, " workers");
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include <c10/util/StringUtil.h>
@@ -20,7 +21,13 @@ namespace lt {
 int64_t rank_zero_env_rank();
 
 void rank_zero_info_message(const std::string& message);   // stdout, on rank 0
-void warn_message(const std::string& message);             // stderr, each text once
+void warn_message(const std::string& message);             // each text once, to the handler
+
+// Where warnings go: "lightning-cpp warning: <text>" on stderr, unless a
+// handler is set (a program's own logging, a test). Returns the previous one;
+// an empty handler restores stderr.
+using WarningHandler = std::function<void(const std::string& message)>;
+WarningHandler set_warning_handler(WarningHandler handler);
 
 template <typename... Args>
 void rank_zero_info(const Args&... args) {

@@ -15,12 +15,13 @@
 #include <lightning_cpp/callbacks/model_checkpoint.h>
 #include <lightning_cpp/callbacks/progress_bar.h>
 #include <lightning_cpp/callbacks/timer.h>
+#include <lightning_cpp/core/check.h>
 #include <lightning_cpp/loggers/console.h>
 #include <lightning_cpp/loggers/csv.h>
-#include "support/seeding.h"
-#include <lightning_cpp/core/check.h>
 #include <lightning_cpp/trainer/checkpoint.h>
 #include <lightning_cpp/trainer/trainer.h>
+
+#include "support/seeding.h"
 
 namespace fs = std::filesystem;
 

@@ -11,10 +11,11 @@
 #include <gtest/gtest.h>
 
 #include <lightning_cpp/callbacks/model_checkpoint.h>
-#include "support/seeding.h"
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/trainer/checkpoint.h>
 #include <lightning_cpp/trainer/trainer.h>
+
+#include "support/seeding.h"
 
 namespace fs = std::filesystem;
 

@@ -12,12 +12,13 @@
 #include <gtest/gtest.h>
 
 #include <lightning_cpp/cli/cli.h>
-#include <lightning_cpp/data/fashion_mnist.h>
-#include "fashion_mnist/registration.h"
-#include "support/seeding.h"
 #include <lightning_cpp/cli/register_builtins.h>
 #include <lightning_cpp/core/registry.h>
+#include <lightning_cpp/data/fashion_mnist.h>
 #include <lightning_cpp/trainer/trainer.h>
+
+#include "fashion_mnist/registration.h"
+#include "support/seeding.h"
 
 namespace fs = std::filesystem;
 
@@ -413,6 +414,35 @@ TEST_F(CliTest, DdpConfigResolves) {
   const CliResult r = cli({"fit", "--config", std::string(LT_SOURCE_DIR) + "/configs/fashion_mnist_ddp.yaml", "--print_config"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("class_path: ddp"), std::string::npos) << r.out;
+}
+
+// trainer.uneven_inputs and trainer.join_* are aliases of the ddp strategy's init_args.
+TEST_F(CliTest, TrainerUnevenInputsMovesIntoTheDdpStrategy) {
+  const std::string a = write("a.yaml", "model: TinyNet\ndata: TinyData\nstrategy: ddp\n"
+                                        "trainer: {uneven_inputs: pad, join_enable: false}\n");
+  const CliResult r = cli({"fit", "--config", a, "--print_config"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const size_t strategy = r.out.find("class_path: ddp");
+  ASSERT_NE(strategy, std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("uneven_inputs: pad", strategy), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("join_enable: false", strategy), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("uneven_inputs: ~"), std::string::npos) << r.out;  // the trainer's alias, moved
+  // The printed config loads back as it is.
+  const std::string printed = write("printed.yaml", r.out);
+  const CliResult again = cli({"fit", "--config", printed, "--print_config"});
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_EQ(again.out, r.out);
+
+  const std::string both = write("both.yaml", "model: TinyNet\ndata: TinyData\n"
+                                              "strategy: {class_path: ddp, init_args: {uneven_inputs: join}}\n"
+                                              "trainer: {uneven_inputs: pad}\n");
+  const CliResult twice = cli({"fit", "--config", both, "--print_config"});
+  EXPECT_EQ(twice.code, 2);
+  EXPECT_NE(twice.err.find("trainer.uneven_inputs"), std::string::npos) << twice.err;
+  EXPECT_NE(twice.err.find("given twice"), std::string::npos) << twice.err;
+  // With one process the alias has nothing to set and changes nothing.
+  const std::string single = write("single.yaml", "model: TinyNet\ndata: TinyData\ntrainer: {uneven_inputs: pad}\n");
+  EXPECT_EQ(cli({"fit", "--config", single, "--print_config"}).code, 0);
 }
 
 TEST_F(CliTest, FashionMnistConfigsResolve) {

@@ -11,10 +11,11 @@
 #include <sstream>
 
 #include <lightning_cpp/cli/cli.h>
-#include "fashion_mnist/registration.h"
 #include <lightning_cpp/cli/register_builtins.h>
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/registry.h>
+
+#include "fashion_mnist/registration.h"
 
 namespace {
 

@@ -19,13 +19,14 @@
 #include <sstream>
 #include <thread>
 
-#include <lightning_cpp/plugins/strategies/ddp.h>
-#include "support/multiprocess.h"
-#include "support/seeding.h"
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/signals.h>
+#include <lightning_cpp/plugins/strategies/ddp.h>
 #include <lightning_cpp/trainer/checkpoint.h>
 #include <lightning_cpp/trainer/trainer.h>
+
+#include "support/multiprocess.h"
+#include "support/seeding.h"
 
 extern char** environ;
 

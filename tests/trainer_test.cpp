@@ -6,9 +6,10 @@
 #include <vector>
 
 #include <lightning_cpp/callbacks/lambda_callback.h>
-#include "support/seeding.h"
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/trainer/trainer.h>
+
+#include "support/seeding.h"
 
 namespace {
 

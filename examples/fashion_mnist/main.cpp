@@ -9,10 +9,11 @@
 #include <iostream>
 #include <string>
 
-#include "fashion_mnist/fashion_mnist.h"
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/plugins/strategies/ddp.h>
 #include <lightning_cpp/trainer/trainer.h>
+
+#include "fashion_mnist/fashion_mnist.h"
 
 int main(int argc, char** argv) {
   bool cnn = false;

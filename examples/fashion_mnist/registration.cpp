@@ -1,7 +1,8 @@
 #include "fashion_mnist/registration.h"
 
-#include "fashion_mnist/fashion_mnist.h"
 #include <lightning_cpp/core/registry.h>
+
+#include "fashion_mnist/fashion_mnist.h"
 
 namespace lt::examples {
 

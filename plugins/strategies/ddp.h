@@ -39,15 +39,9 @@
 #include <lightning_cpp/plugins/strategies/ddp/collective_watchdog.h>
 #include <lightning_cpp/plugins/strategies/ddp/distributed_data_parallel.h>
 #include <lightning_cpp/plugins/strategies/ddp/join_compatibility.h>
+#include <lightning_cpp/plugins/strategies/ddp/sharding.h>
 
 namespace lt {
-
-// What the DDP strategy does when ranks would get different numbers of batches.
-enum class UnevenInputs {
-  kJoin,   // no padding; Join keeps the collectives matched (see plugins/join)
-  kPad,    // PyTorch DistributedSampler padding: repeat samples so shards are even
-  kError,  // refuse before training if shard sizes differ
-};
 
 struct DDPStrategyOptions {
   // "gloo", "nccl", or "" for the accelerator's default (cpu: gloo, cuda: nccl).

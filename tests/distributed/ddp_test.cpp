@@ -17,8 +17,9 @@
 
 #include <lightning_cpp/data/distributed_sampler.h>
 #include <lightning_cpp/plugins/strategies/ddp.h>
-#include "support/multiprocess.h"
 #include <lightning_cpp/trainer/trainer.h>
+
+#include "support/multiprocess.h"
 
 using lt::testing::env_int;
 using lt::testing::env_str;

@@ -15,11 +15,13 @@
 
 #include <lightning_cpp/callbacks/early_stopping.h>
 #include <lightning_cpp/callbacks/model_checkpoint.h>
+#include <lightning_cpp/core/rank_zero.h>
 #include <lightning_cpp/plugins/join/join.h>
 #include <lightning_cpp/plugins/strategies/ddp.h>
 #include <lightning_cpp/plugins/strategies/ddp/epoch_contexts.h>
 #include <lightning_cpp/plugins/strategies/ddp/join_compatibility.h>
 #include <lightning_cpp/trainer/trainer.h>
+
 #include "support/multiprocess.h"
 
 using lt::testing::env_int;
@@ -240,11 +242,10 @@ TEST(Join, ThrowOnEarlyTerminationThrowsTheSameTypedErrorOnEveryRank) {
 }
 
 LT_TEST_WORKER(JoinWarnsOnSkew) {
-  struct Capture : c10::WarningHandler {
+  struct Capture {
     std::vector<std::string> messages;
-    void process(const c10::SourceLocation&, const std::string& msg, const bool) override { messages.push_back(msg); }
   } capture;
-  c10::Warning::WarningHandlerGuard guard(&capture);
+  lt::set_warning_handler([&capture](const std::string& msg) { capture.messages.push_back(msg); });
   auto pg = make_process_group();
   const int rank = pg->getRank();
   const std::vector<int> inputs = inputs_per_rank();

@@ -1,6 +1,5 @@
 #include <lightning_cpp/plugins/strategies/ddp/join_compatibility.h>
 
-#include <iostream>
 #include <sstream>
 
 #include <lightning_cpp/core/callback.h>

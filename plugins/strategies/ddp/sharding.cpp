@@ -4,7 +4,6 @@
 #include <lightning_cpp/core/strategy.h>
 #include <lightning_cpp/data/data_loader.h>
 #include <lightning_cpp/data/distributed_sampler.h>
-#include <lightning_cpp/plugins/strategies/ddp.h>
 
 namespace lt {
 

@@ -19,7 +19,13 @@ namespace lt {
 
 class DataLoader;
 class Strategy;
-enum class UnevenInputs;
+
+// What the DDP strategy does when ranks would get different numbers of batches.
+enum class UnevenInputs {
+  kJoin,   // no padding; Join keeps the collectives matched (see plugins/join)
+  kPad,    // PyTorch DistributedSampler padding: repeat samples so shards are even
+  kError,  // refuse before training if shard sizes differ
+};
 
 // Replaces `loader`'s sampler with rank `rank`'s share of `world_size`; false when
 // the loader has a custom sampler, which is kept.
