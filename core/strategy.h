@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +26,11 @@ class DataLoader;
 struct EpochPlan {
   int64_t num_batches = 0;  // this rank's batches (after limit_train_batches)
   int64_t accumulate_grad_batches = 1;
+  // The loop's optimizer step (clipping, step, hooks, zero_grad, global_step,
+  // per-step scheduler) on gradients already in param.grad, for a rank with
+  // no micro-batch in a window that steps with the others (lockstep Join).
+  // Empty where the loop cannot (manual optimization).
+  std::function<void()> joined_step;
 };
 
 // RAII guard around one micro-batch (DDP: no_sync on accumulation micro-batches).

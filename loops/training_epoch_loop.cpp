@@ -65,7 +65,7 @@ void TrainingEpochLoop::run(LoopContext& ctx, DataLoader& train, DataLoader* val
   OptimizationLoop& optimization = ctx.module.automatic_optimization() ? *automatic_ : *manual_;
   ResultCollection& results = ctx.use_results(Stage::kTrain, true);
 
-  auto epoch = ctx.strategy.training_epoch_context(ctx.module, EpochPlan{n, k});
+  auto epoch = ctx.strategy.training_epoch_context(ctx.module, EpochPlan{n, k, optimization.joined_step(ctx)});
   const int64_t iterations = epoch->num_iterations();
   bool validated_at_end = false;
   Batch first;

@@ -8,6 +8,9 @@
 //           vs the longest rank's time when every rank has B batches without
 //           Join (what the longest rank costs when nobody leaves early):
 //           ratio, target <= 1.05.
+//   lockstep: the uneven run in join_mode lockstep (joined ranks take every
+//           optimizer step with the others; the default) vs join_mode pytorch
+//           (joined ranks only shadow): what lockstep costs.
 // Each configuration runs `--reps` times interleaved with the others; the
 // minimum wall time of fit (max over ranks) is kept, which filters out the
 // noise of a shared machine.
@@ -84,6 +87,7 @@ struct Config {
   lt::UnevenInputs mode;
   bool throw_mode;
   bool uneven;
+  lt::JoinMode join_mode = lt::JoinMode::kLockstep;
 };
 
 int worker(const Args& args) {
@@ -95,6 +99,7 @@ int worker(const Args& args) {
       {"even, Join", lt::UnevenInputs::kJoin, false, false},
       {"even, Join, throw_on_early_termination", lt::UnevenInputs::kJoin, true, false},
       {"uneven, Join", lt::UnevenInputs::kJoin, false, true},
+      {"uneven, Join, join_mode pytorch", lt::UnevenInputs::kJoin, false, true, lt::JoinMode::kPyTorch},
   };
   std::map<std::string, double> best;
   for (int rep = 0; rep < args.reps; ++rep) {
@@ -102,7 +107,7 @@ int worker(const Args& args) {
       const int64_t batches = c.uneven ? args.batches * (rank + 1) / args.world : args.batches;
       auto model = std::make_shared<Mlp>();
       auto data = loader(rank, batches);
-      strategy->options().uneven_inputs(c.mode).join_throw_on_early_termination(c.throw_mode);
+      strategy->options().uneven_inputs(c.mode).join_throw_on_early_termination(c.throw_mode).join_mode(c.join_mode);
       lt::Trainer trainer(lt::TrainerOptions()
                               .strategy(strategy)
                               .devices(args.world)
@@ -127,6 +132,8 @@ int worker(const Args& args) {
     std::printf("even inputs, Join throw mode / no Join:     %.3fx (target <= 1.02)\n",
                 best["even, Join, throw_on_early_termination"] / base);
     std::printf("uneven inputs under Join / longest rank:    %.3fx (target <= 1.05)\n", best["uneven, Join"] / base);
+    std::printf("uneven inputs, lockstep / pytorch mode:     %.3fx (what joined ranks' steps cost)\n",
+                best["uneven, Join"] / best["uneven, Join, join_mode pytorch"]);
     std::printf("(%d ranks, %lld batches of %lld on the longest rank, best of %d)\n", args.world,
                 static_cast<long long>(args.batches), static_cast<long long>(kBatch), args.reps);
   }

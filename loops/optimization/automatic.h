@@ -4,6 +4,7 @@
 // optimizer step (clip, step, zero_grad, per-step scheduler).
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -20,12 +21,16 @@ class OptimizationLoop {
   virtual torch::Tensor run(LoopContext& ctx, const Batch& batch, int64_t batch_idx, bool window_end) = 0;
   // A zero-loss micro-batch that completes this rank's last accumulation window (see TrainingEpochContext).
   virtual void run_padding(LoopContext& ctx, bool window_end) = 0;
+  // EpochPlan::joined_step: empty by default (a loop whose steps are the user's code).
+  virtual std::function<void()> joined_step(LoopContext& /*ctx*/) { return {}; }
 };
 
 class AutomaticOptimization : public OptimizationLoop {
  public:
   torch::Tensor run(LoopContext& ctx, const Batch& batch, int64_t batch_idx, bool window_end) override;
   void run_padding(LoopContext& ctx, bool window_end) override;
+  // The optimizer step alone, on the gradients in place.
+  std::function<void()> joined_step(LoopContext& ctx) override;
 
  protected:
   void backward(LoopContext& ctx, const torch::Tensor& scaled_loss);

@@ -68,10 +68,13 @@ struct DDPStrategyOptions {
   TORCH_ARG(bool, join_enable) = true;
   TORCH_ARG(bool, join_throw_on_early_termination) = false;
   TORCH_ARG(bool, join_divide_by_initial_world_size) = true;
+  // lockstep: a joined rank steps with the others (replicas stay identical);
+  // pytorch: as torch.distributed.algorithms.join (see JoinMode).
+  TORCH_ARG(JoinMode, join_mode) = JoinMode::kLockstep;
 
  public:
   JoinSettings join_settings() const {
-    return {join_enable(), join_throw_on_early_termination(), join_divide_by_initial_world_size()};
+    return {join_enable(), join_throw_on_early_termination(), join_divide_by_initial_world_size(), join_mode()};
   }
 };
 

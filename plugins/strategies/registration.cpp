@@ -13,6 +13,8 @@ const char* uneven_inputs_name(UnevenInputs u) {
   return u == UnevenInputs::kPad ? "pad" : u == UnevenInputs::kError ? "error" : "join";
 }
 
+const char* join_mode_name(JoinMode mode) { return mode == JoinMode::kPyTorch ? "pytorch" : "lockstep"; }
+
 UnevenInputs parse_uneven_inputs(const std::string& name) {
   return name == "pad" ? UnevenInputs::kPad : name == "error" ? UnevenInputs::kError : UnevenInputs::kJoin;
 }
@@ -59,7 +61,9 @@ void register_builtin_strategies(Registry& registry) {
           .add_bool("join_throw_on_early_termination", ddp.join_throw_on_early_termination(),
                     "Join: every rank stops with an error once one runs out of data")
           .add_bool("join_divide_by_initial_world_size", ddp.join_divide_by_initial_world_size(),
-                    "Join: average gradients over all ranks (false: over the ranks with data)"),
+                    "Join: average gradients over all ranks (false: over the ranks with data)")
+          .add_string("join_mode", join_mode_name(ddp.join_mode()),
+                      "lockstep: joined ranks step with the others; pytorch: as torch's Join", {"lockstep", "pytorch"}),
       [](const InitArgs& args) {
         auto ms = [](double seconds) { return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0)); };
         return std::make_shared<DDPStrategy>(
@@ -75,7 +79,8 @@ void register_builtin_strategies(Registry& registry) {
                 .uneven_inputs(parse_uneven_inputs(args.get_string("uneven_inputs")))
                 .join_enable(args.get_bool("join_enable"))
                 .join_throw_on_early_termination(args.get_bool("join_throw_on_early_termination"))
-                .join_divide_by_initial_world_size(args.get_bool("join_divide_by_initial_world_size")));
+                .join_divide_by_initial_world_size(args.get_bool("join_divide_by_initial_world_size"))
+                .join_mode(args.get_string("join_mode") == "pytorch" ? JoinMode::kPyTorch : JoinMode::kLockstep));
       });
 }
 

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <sstream>
 
 #include <lightning_cpp/callbacks/early_stopping.h>
@@ -312,7 +313,21 @@ class JoinNet : public lt::LightningModule {
   }
   bool has_validation_step() const override { return false; }
   lt::OptimizerConfig configure_optimizers() override {
-    return std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(kLr));
+    // As tests/python/join_oracle.py's make_optimizer.
+    std::shared_ptr<torch::optim::Optimizer> optimizer;
+    if (optim == "adam") {
+      optimizer = std::make_shared<torch::optim::Adam>(parameters(), torch::optim::AdamOptions(0.01));
+    } else {
+      optimizer = std::make_shared<torch::optim::SGD>(
+          parameters(), torch::optim::SGDOptions(kLr).momentum(optim == "momentum" ? 0.9 : 0.0));
+    }
+    lt::OptimizerConfig config;
+    config.optimizer = optimizer;
+    if (step_lr_every > 0) {
+      config.lr_scheduler = std::make_shared<lt::StepLR>(*optimizer, step_lr_every, 0.5);
+      config.interval = lt::Interval::kStep;
+    }
+    return config;
   }
   torch::Tensor flat() const {
     std::vector<torch::Tensor> out;
@@ -325,6 +340,8 @@ class JoinNet : public lt::LightningModule {
   int64_t training_steps = 0;
   bool log_value = false;
   std::vector<std::pair<double, double>> logged;
+  std::string optim = "sgd";  // sgd, momentum or adam
+  int64_t step_lr_every = 0;  // > 0: a per-step StepLR (gamma 0.5)
 };
 
 // This rank's own samples, in order: the DDP strategy keeps a custom sampler as is.
@@ -426,10 +443,13 @@ LT_TEST_WORKER(JoinMatrix) {
   const int ws = env_int("WORLD_SIZE");
   auto strategy = make_strategy();
   int checked = 0;
+  // Plain SGD has no state: PyTorch's Join and lockstep give the same model.
+  for (const lt::JoinMode mode : {lt::JoinMode::kLockstep, lt::JoinMode::kPyTorch})
   for (const MatrixConfig& c : read_matrix()) {
     if (c.ws != ws) continue;
     auto model = std::make_shared<JoinNet>();
     strategy->options()
+        .join_mode(mode)
         .join_divide_by_initial_world_size(c.divide)
         .join_throw_on_early_termination(c.throw_on_early_termination);
     auto options = base_options(strategy, ws).max_epochs(c.epochs).accumulate_grad_batches(c.k);
@@ -448,12 +468,194 @@ LT_TEST_WORKER(JoinMatrix) {
     const double error = (params - expected).abs().max().item<double>();
     const double spread = (all - all[0]).abs().max().item<double>();
     LT_WORKER_CHECK(threw == (c.throw_on_early_termination && uneven) && error <= 1e-6 && spread == 0.0,
-                    c.describe(), ": threw=", threw, " error=", error, " spread across ranks=", spread);
+                    c.describe(), mode == lt::JoinMode::kPyTorch ? " (pytorch mode)" : " (lockstep)",
+                    ": threw=", threw, " error=", error, " spread across ranks=", spread);
     ++checked;
   }
+  strategy->options().join_mode(lt::JoinMode::kLockstep).join_divide_by_initial_world_size(true)
+      .join_throw_on_early_termination(false);
   std::cerr << "rank " << rank << ": " << checked << " configurations match the reference" << std::endl;
   LT_WORKER_CHECK(checked > 0, "no configuration for world size ", ws);
   return 0;
+}
+
+// -- lockstep Join with stateful optimizers (tests/fixtures/join_lockstep.txt) -------------------
+
+struct LockstepConfig {
+  int ws = 0;
+  std::vector<int64_t> counts;
+  int64_t k = 1;
+  bool divide = true;
+  int64_t epochs = 1;
+  std::string optim, mode;
+  std::vector<double> params;
+  std::string describe() const {
+    std::string c;
+    for (size_t i = 0; i < counts.size(); ++i) c += c10::str(i ? "," : "", counts[i]);
+    return c10::str("ws=", ws, " counts=", c, " k=", k, " divide=", divide, " epochs=", epochs, " ", optim, " ", mode);
+  }
+};
+
+std::vector<LockstepConfig> read_lockstep() {
+  std::ifstream in(std::string(LT_SOURCE_DIR) + "/tests/fixtures/join_lockstep.txt");
+  std::vector<LockstepConfig> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream ss(line);
+    LockstepConfig c;
+    std::string counts;
+    int divide = 0;
+    ss >> c.ws >> counts >> c.k >> divide >> c.epochs >> c.optim >> c.mode;
+    c.divide = divide != 0;
+    std::stringstream cs(counts);
+    std::string item;
+    while (std::getline(cs, item, ',')) c.counts.push_back(std::stoll(item));
+    double v = 0;
+    while (ss >> v) c.params.push_back(v);
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+// Each line: lockstep against the window rule with that optimizer, or
+// join_mode pytorch against PyTorch DDP + Join (aligned windows only).
+LT_TEST_WORKER(JoinLockstepMatrix) {
+  const int rank = env_int("RANK");
+  const int ws = env_int("WORLD_SIZE");
+  auto strategy = make_strategy();
+  int checked = 0, differ = 0;
+  std::map<std::string, torch::Tensor> lockstep_result;
+  for (const LockstepConfig& c : read_lockstep()) {
+    if (c.ws != ws) continue;
+    auto model = std::make_shared<JoinNet>();
+    model->optim = c.optim;
+    strategy->options()
+        .join_mode(c.mode == "pytorch" ? lt::JoinMode::kPyTorch : lt::JoinMode::kLockstep)
+        .join_divide_by_initial_world_size(c.divide);
+    lt::Trainer trainer(base_options(strategy, ws).max_epochs(c.epochs).accumulate_grad_batches(c.k));
+    trainer.fit(model, rank_loader(rank, c.counts[rank]));
+    const torch::Tensor params = model->flat();
+    const torch::Tensor all = strategy->all_gather(params);
+    const double error = (params - torch::tensor(c.params, torch::kDouble)).abs().max().item<double>();
+    const double spread = (all - all[0]).abs().max().item<double>();
+    LT_WORKER_CHECK(error <= 1e-6 && spread == 0.0, c.describe(), ": error=", error, " spread across ranks=", spread);
+    const std::string described = c.describe();
+    const std::string key = described.substr(0, described.rfind(' '));  // without the mode
+    if (c.mode == "lockstep") lockstep_result[key] = params;
+    if (c.mode == "pytorch") differ += (params - lockstep_result.at(key)).abs().max().item<double>() > 1e-9;
+    ++checked;
+  }
+  strategy->options().join_mode(lt::JoinMode::kLockstep).join_divide_by_initial_world_size(true);
+  std::cerr << "rank " << rank << ": " << checked << " configurations match; PyTorch's Join differs from lockstep in "
+            << differ << std::endl;
+  LT_WORKER_CHECK(checked > 0, "no configuration for world size ", ws);
+  return 0;
+}
+
+TEST(JoinLockstep, StatefulOptimizersOnTwoRanks) {
+  WorkerOptions options;
+  options.timeout = std::chrono::seconds(180);
+  auto r = run_workers("JoinLockstepMatrix", 2, options);
+  EXPECT_TRUE(r.ok()) << r.summary();
+}
+
+TEST(JoinLockstep, StatefulOptimizersOnThreeRanks) {
+  WorkerOptions options;
+  options.timeout = std::chrono::seconds(180);
+  auto r = run_workers("JoinLockstepMatrix", 3, options);
+  EXPECT_TRUE(r.ok()) << r.summary();
+}
+
+TEST(JoinLockstep, StatefulOptimizersOnFourRanks) {
+  WorkerOptions options;
+  options.timeout = std::chrono::seconds(180);
+  auto r = run_workers("JoinLockstepMatrix", 4, options);
+  EXPECT_TRUE(r.ok()) << r.summary();
+}
+
+// -- replica identity ----------------------------------------------------------------------------
+
+// After every optimizer step (before zero_grad), a checksum of the
+// parameters, the optimizer's state, the learning rate and global_step.
+class ReplicaChecksum : public lt::Callback {
+ public:
+  std::string name() const override { return "ReplicaChecksum"; }
+  void on_before_zero_grad(lt::Trainer& trainer, lt::LightningModule& module,
+                           torch::optim::Optimizer& optimizer) override {
+    double sum = 0.0;
+    for (const auto& p : module.parameters()) sum += p.sum().item<double>();
+    for (auto& group : optimizer.param_groups()) {
+      sum += 1000.0 * lt::get_lr(group);
+      for (auto& p : group.params()) {
+        auto it = optimizer.state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+        if (it == optimizer.state().end()) continue;
+        if (auto* sgd = dynamic_cast<torch::optim::SGDParamState*>(it->second.get())) {
+          if (sgd->momentum_buffer().defined()) sum += 7.0 * sgd->momentum_buffer().sum().item<double>();
+        } else if (auto* adam = dynamic_cast<torch::optim::AdamParamState*>(it->second.get())) {
+          sum += 3.0 * adam->exp_avg().sum().item<double>() + 5.0 * adam->exp_avg_sq().sum().item<double>() +
+                 static_cast<double>(adam->step());
+        }
+      }
+    }
+    steps.push_back({static_cast<double>(trainer.global_step()), sum});
+  }
+  std::vector<std::pair<double, double>> steps;
+};
+
+// Every rank's sequence of (global_step, checksum), gathered: equal on every rank?
+bool replicas_identical(lt::Strategy& strategy, const ReplicaChecksum& probe, int64_t* steps_out) {
+  const int64_t n = static_cast<int64_t>(probe.steps.size());
+  const torch::Tensor counts = strategy.all_gather(torch::tensor({n}, torch::kLong)).flatten();
+  *steps_out = n;
+  if (!(counts == n).all().item<bool>()) return false;
+  torch::Tensor mine = torch::zeros({n, 2}, torch::kDouble);
+  for (int64_t i = 0; i < n; ++i) {
+    mine[i][0] = probe.steps[i].first;
+    mine[i][1] = probe.steps[i].second;
+  }
+  const torch::Tensor all = strategy.all_gather(mine);
+  return (all == all[0]).all().item<bool>();
+}
+
+LT_TEST_WORKER(ReplicaIdentity) {
+  const int rank = env_int("RANK");
+  const std::vector<int64_t> counts = {2, 7, 4};
+  auto strategy = make_strategy();
+  int64_t lockstep_steps = 0, pytorch_steps = 0;
+  for (const std::string optim : {"momentum", "adam"}) {
+    for (const lt::JoinMode mode : {lt::JoinMode::kLockstep, lt::JoinMode::kPyTorch}) {
+      auto model = std::make_shared<JoinNet>();
+      model->optim = optim;
+      model->step_lr_every = 2;
+      auto probe = std::make_shared<ReplicaChecksum>();
+      strategy->options().join_mode(mode);
+      lt::Trainer trainer(base_options(strategy, 3).max_epochs(2).accumulate_grad_batches(2).callbacks({probe}));
+      trainer.fit(model, rank_loader(rank, counts[rank]));
+      int64_t steps = 0;
+      const bool identical = replicas_identical(*strategy, *probe, &steps);
+      if (mode == lt::JoinMode::kLockstep) {
+        // 4 windows per epoch (the longest rank: 7 batches, k = 2), 2 epochs, on every rank.
+        LT_WORKER_CHECK(identical, optim, ": lockstep replicas differ after some optimizer step");
+        LT_WORKER_CHECK(steps == 8 && trainer.global_step() == 8, optim, ": ", steps, " steps, global_step ",
+                        trainer.global_step());
+        lockstep_steps = steps;
+      } else {
+        // PyTorch's Join: the rank with 2 batches steps once per epoch; the replicas' states differ.
+        LT_WORKER_CHECK(!identical, optim, ": pytorch mode unexpectedly kept the replicas identical");
+        pytorch_steps = steps;
+      }
+    }
+  }
+  strategy->options().join_mode(lt::JoinMode::kLockstep);
+  std::cerr << "rank " << rank << ": lockstep " << lockstep_steps << " steps, pytorch mode " << pytorch_steps
+            << std::endl;
+  return 0;
+}
+
+TEST(JoinLockstep, ReplicasAreIdenticalAfterEveryOptimizerStep) {
+  auto r = run_workers("ReplicaIdentity", 3, join_options(""));
+  EXPECT_TRUE(r.ok()) << r.summary();
 }
 
 TEST(JoinMatrix, TwoRanks) {
@@ -588,7 +790,9 @@ TEST(JoinCompatibility, ListsEveryIncompatibleFeatureWithItsReasonAndFix) {
   auto options = lt::TrainerOptions()
                      .val_check_interval(0.5)
                      .callbacks({std::make_shared<StepCollectiveCallback>(), std::make_shared<QuietCallback>()});
-  const auto report = lt::check_join_compatibility(features_of(options, module, true, true), lt::JoinSettings{});
+  lt::JoinSettings pytorch_mode;
+  pytorch_mode.mode = lt::JoinMode::kPyTorch;
+  const auto report = lt::check_join_compatibility(features_of(options, module, true, true), pytorch_mode);
   EXPECT_FALSE(report.ok());
   EXPECT_EQ(report.with(lt::JoinCompatibility::kIncompatible).size(), 5u);
   const std::string message = report.refusal_message();
@@ -602,6 +806,10 @@ TEST(JoinCompatibility, ListsEveryIncompatibleFeatureWithItsReasonAndFix) {
   EXPECT_EQ(message.find("QuietCallback"), std::string::npos) << message;
   ASSERT_EQ(report.warnings().size(), 1u);
   EXPECT_NE(report.warnings()[0].find("per-step LR scheduler"), std::string::npos);
+  // Lockstep (the default): a joined rank steps its scheduler with the others, so no warning.
+  const auto lockstep = lt::check_join_compatibility(features_of(options, module, true, true), lt::JoinSettings{});
+  EXPECT_EQ(lockstep.with(lt::JoinCompatibility::kIncompatible).size(), 5u);
+  EXPECT_TRUE(lockstep.warnings().empty()) << lockstep.warnings().front();
 }
 
 TEST(JoinCompatibility, ThrowOnEarlyTerminationAndDeclarationsMakeACompatibleSet) {

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Reference parameters for tests/distributed/join_test.cpp (Join.Matrix*).
+"""Reference parameters for tests/distributed/join_test.cpp (Join.Matrix*, Join.Lockstep*).
 
 Writes tests/fixtures/join_matrix.txt: for each configuration of the matrix
 (world size, per-rank batch counts, accumulate_grad_batches k,
@@ -17,6 +17,17 @@ parameters after training, computed two ways:
                DistributedDataParallel + torch.distributed.algorithms.join.Join
                on gloo, no_sync on accumulation micro-batches, one worker
                process per rank. Must agree with window_rule within 1e-9.
+
+Also writes tests/fixtures/join_lockstep.txt: the same models and data with
+stateful optimizers (SGD, SGD with momentum 0.9, Adam) over 1 to 3 epochs, for
+both join modes:
+
+  lockstep     the window rule with that optimizer: one optimizer stepping once
+               per window on the union of the ranks' micro-batches (every
+               configuration, uneven windows and ranks without data included).
+  pytorch      PyTorch DDP + Join with that optimizer (aligned configurations
+               only): the early joiner's optimizer does not step, and the last
+               joiner's parameters are broadcast at each epoch's end.
 
 Run with Debian's python3-torch 1.13: /usr/bin/python3 tests/python/join_oracle.py
 The data, initial weights and model are defined identically in join_test.cpp.
@@ -44,6 +55,32 @@ PATTERNS = [
     (4, [2, 9, 0, 5]), (4, [7, 3, 3, 8]), (4, [6, 0, 3, 6]),
 ]
 EPOCHS_2 = {(2, (5, 8)), (3, (0, 2, 6))}  # these also run 2 epochs
+
+
+# (world size, per-rank batch counts) of the stateful-optimizer matrix.
+LOCKSTEP_PATTERNS = [
+    (2, [5, 8]), (2, [0, 4]), (3, [3, 7, 5]), (3, [0, 2, 6]), (4, [2, 9, 0, 5]), (4, [6, 0, 3, 6]),
+]
+OPTIMIZERS = ("sgd", "momentum", "adam")
+
+
+def lockstep_configs():
+    out = []
+    for ws, counts in LOCKSTEP_PATTERNS:
+        for optim in OPTIMIZERS:
+            for k in (1, 2, 3):
+                for divide in (1, 0):
+                    for epochs in (1, 3):
+                        out.append(dict(ws=ws, counts=counts, k=k, divide=divide, throw=0, epochs=epochs, optim=optim))
+    return out
+
+
+def make_optimizer(name, params):
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=LR)
+    if name == "momentum":
+        return torch.optim.SGD(params, lr=LR, momentum=0.9)
+    return torch.optim.Adam(params, lr=0.01)
 
 
 def configs():
@@ -108,6 +145,30 @@ def window_rule(c):
     return flat(model)
 
 
+def window_rule_optimizer(c):
+    """The window rule with a (stateful) optimizer: what lockstep Join computes."""
+    model = Net()
+    opt = make_optimizer(c["optim"], model.parameters())
+    ws, counts, k = c["ws"], c["counts"], c["k"]
+    windows = -(-max(counts) // k)
+    for _ in range(c["epochs"]):
+        for w in range(windows):
+            grads = [torch.zeros_like(p) for p in model.parameters()]
+            active = sum(1 for n in counts if n > w * k)
+            for r in range(ws):
+                for i in range(w * k, min((w + 1) * k, counts[r])):
+                    model.zero_grad()
+                    x, y = batch(r, i)
+                    (F.mse_loss(model(x), y) / k).backward()
+                    for g, p in zip(grads, model.parameters()):
+                        g += p.grad
+            D = ws if c["divide"] else active
+            for g, p in zip(grads, model.parameters()):
+                p.grad = g / D
+            opt.step()
+    return flat(model)
+
+
 def aligned(c):
     return all(n % c["k"] == 0 for n in c["counts"])
 
@@ -120,14 +181,15 @@ def pytorch_worker(out_path):
     from torch.distributed.algorithms.join import Join
     from torch.nn.parallel import DistributedDataParallel as DDP
     lines = []
-    for idx, c in enumerate(configs()):
+    todo = lockstep_configs() if os.environ.get("ORACLE_SET") == "lockstep" else configs()
+    for idx, c in enumerate(todo):
         if c["ws"] != ws or not aligned(c):
             continue
         if os.environ.get("JOIN_ORACLE_VERBOSE"):
             print("rank", rank, "config", idx, c, file=sys.stderr, flush=True)
         model = Net()
         ddp = DDP(model)
-        opt = torch.optim.SGD(ddp.parameters(), lr=LR)
+        opt = make_optimizer(c.get("optim", "sgd"), ddp.parameters())
         k = c["k"]
         threw = 0
         try:
@@ -157,14 +219,15 @@ def pytorch_worker(out_path):
     os._exit(0)
 
 
-def run_pytorch(ws, tmpdir):
+def run_pytorch(ws, tmpdir, oracle_set="matrix"):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     procs = []
     for r in range(ws):
-        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(ws), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        out = os.path.join(tmpdir, "ws%d_rank%d.txt" % (ws, r))
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(ws), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                   ORACLE_SET=oracle_set)
+        out = os.path.join(tmpdir, "%s_ws%d_rank%d.txt" % (oracle_set, ws, r))
         procs.append((subprocess.Popen([sys.executable, __file__, "--worker", out], env=env), out))
     import time
     deadline = time.time() + 900
@@ -196,11 +259,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--worker")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "fixtures", "join_matrix.txt"))
+    ap.add_argument("--lockstep-out",
+                    default=os.path.join(os.path.dirname(__file__), "..", "fixtures", "join_lockstep.txt"))
     args = ap.parse_args()
     if args.worker:
         return pytorch_worker(args.worker)
     import tempfile
     tmpdir = tempfile.mkdtemp()
+    write_lockstep(args.lockstep_out, tmpdir)
     by_ws = {ws: run_pytorch(ws, tmpdir) for ws in sorted({ws for ws, _ in PATTERNS})}
     lines = ["# Generated by tests/python/join_oracle.py (torch %s); do not edit.\n" % torch.__version__,
              "# ws counts k divide throw epochs reference params...\n"]
@@ -222,6 +288,30 @@ def main():
     with open(args.out, "w") as f:
         f.writelines(lines)
     print("%d configurations, %d checked against PyTorch DDP + Join; wrote %s" % (len(configs()), checked, args.out))
+
+
+def write_lockstep(path, tmpdir):
+    by_ws = {ws: run_pytorch(ws, tmpdir, "lockstep") for ws in sorted({ws for ws, _ in LOCKSTEP_PATTERNS})}
+    lines = ["# Generated by tests/python/join_oracle.py (torch %s); do not edit.\n" % torch.__version__,
+             "# ws counts k divide epochs optim mode params...\n"]
+    differ = 0
+    for idx, c in enumerate(lockstep_configs()):
+        head = "%d %s %d %d %d %s" % (c["ws"], ",".join(map(str, c["counts"])), c["k"], c["divide"], c["epochs"],
+                                      c["optim"])
+        lockstep = window_rule_optimizer(c)
+        lines.append("%s lockstep %s\n" % (head, " ".join("%.17g" % v for v in lockstep.tolist())))
+        if aligned(c):
+            per_rank = [results[idx][1] for results in by_ws[c["ws"]]]
+            for params in per_rank[1:]:  # the final broadcast: every rank holds the same model
+                assert (params - per_rank[0]).abs().max().item() == 0.0, c
+            if c["optim"] == "sgd":  # stateless: PyTorch's Join and lockstep agree
+                assert (per_rank[0] - lockstep).abs().max().item() < 1e-9, c
+            differ += int((per_rank[0] - lockstep).abs().max().item() > 1e-9)
+            lines.append("%s pytorch %s\n" % (head, " ".join("%.17g" % v for v in per_rank[0].tolist())))
+    with open(path, "w") as f:
+        f.writelines(lines)
+    print("%d configurations; %d where PyTorch's Join differs from lockstep; wrote %s" %
+          (len(lockstep_configs()), differ, path))
 
 
 if __name__ == "__main__":

@@ -34,10 +34,17 @@ class DDPJoinHook : public JoinHook {
     // gradient sync.
     ddp_.set_require_forward_param_sync(should_sync_backwards);
     if (!should_sync_backwards) return;
-    ddp_.match_all_reduce_for_bwd_pass();
-    if (ddp_.options().find_unused_parameters()) ddp_.match_unused_params_allreduce();
+    std::vector<c10d::GradBucket> buckets = ddp_.match_all_reduce_for_bwd_pass();
+    torch::Tensor used;
+    if (ddp_.options().find_unused_parameters()) used = ddp_.match_unused_params_allreduce();
     // Rebuilt parameters are pushed only once during a training period.
     ddp_.push_rebuilt_params_for_all_indices();
+    // Lockstep: the sum this rank shadowed with zeros is the ranks' averaged
+    // gradient; take it as this rank's own and step with the others.
+    if (const auto& step = ddp_.join_step()) {
+      ddp_.adopt_reduced_gradients(buckets, used);
+      step();
+    }
   }
 
   void post_hook(bool is_last_joiner) override { ddp_.sync_final_model(is_last_joiner); }
@@ -263,22 +270,49 @@ c10::intrusive_ptr<c10d::Work> DistributedDataParallel::check_global_requires_ba
   return process_group_->allreduce(t);
 }
 
-void DistributedDataParallel::match_all_reduce_for_bwd_pass() {
+std::vector<c10d::GradBucket> DistributedDataParallel::match_all_reduce_for_bwd_pass() {
   // The Reducer's bucket order (rebuilt or not) with zeros of each bucket's
   // shape: a joined rank contributes nothing to the sum.
   std::vector<c10d::GradBucket> buckets = reducer_->get_grad_buckets(/*return_zero_tensors=*/true);
   std::vector<c10::intrusive_ptr<c10::ivalue::Future>> futures;
   futures.reserve(buckets.size());
+  // The default comm hook allreduces each bucket's buffer in place.
   for (auto& bucket : buckets) futures.push_back(reducer_->run_comm_hook(bucket));
   for (auto& future : futures) {
     future->wait();
     if (future->hasError()) future->value();  // rethrows the collective's error
   }
+  return buckets;
 }
 
-void DistributedDataParallel::match_unused_params_allreduce() {
+torch::Tensor DistributedDataParallel::match_unused_params_allreduce() {
   std::vector<torch::Tensor> t{reducer_->get_local_used_map_on_device()};
   process_group_->allreduce(t)->wait();
+  return t[0];
+}
+
+void DistributedDataParallel::adopt_reduced_gradients(const std::vector<c10d::GradBucket>& buckets,
+                                                      const torch::Tensor& used) {
+  const std::vector<std::vector<int64_t>> indices = bucket_indices();
+  LT_INTERNAL_ASSERT(indices.size() == buckets.size(), indices.size(), " bucket index lists for ", buckets.size(),
+                     " buckets");
+  torch::NoGradGuard no_grad;
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    const std::vector<torch::Tensor> grads = buckets[b].getGradients();
+    LT_INTERNAL_ASSERT(grads.size() == indices[b].size(), "bucket ", b, " has ", grads.size(), " gradients for ",
+                       indices[b].size(), " parameters");
+    for (size_t i = 0; i < grads.size(); ++i) {
+      const int64_t index = indices[b][i];
+      // A parameter no rank used this iteration keeps its gradient, as the Reducer leaves it on the others.
+      if (used.defined() && used[index].item<int64_t>() == 0) continue;
+      torch::Tensor& grad = parameters_[static_cast<size_t>(index)].mutable_grad();
+      if (grad.defined()) {
+        grad.copy_(grads[i]);
+      } else {
+        grad = grads[i].clone();
+      }
+    }
+  }
 }
 
 void DistributedDataParallel::sync_final_model(bool is_last_joiner) {

@@ -44,8 +44,10 @@
 // A joined rank's main_hook issues 2, 3 (contributing -1 to the MAX), 4
 // (contributing zeros) and, if that says the others sync, one allreduce of
 // zeros per bucket in the same order and the unused-map allreduce: the same
-// sequence, so nothing hangs. post_hook(is_last_joiner): allreduce(MAX) to
-// pick the last joiner, broadcast_coalesced of parameters and buffers from it.
+// sequence, so nothing hangs. With a join step set (lockstep Join), it then
+// copies the reduced buckets into its gradients and takes the optimizer step
+// the others take. post_hook(is_last_joiner): allreduce(MAX) to pick the last
+// joiner, broadcast_coalesced of parameters and buffers from it.
 
 #include <cstdint>
 #include <functional>
@@ -54,6 +56,7 @@
 #include <vector>
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/comm.hpp>
 #include <torch/torch.h>
 
 #include <lightning_cpp/plugins/join/join.h>
@@ -161,10 +164,19 @@ class DistributedDataParallel : public Joinable {
   c10::intrusive_ptr<c10d::Work> check_global_requires_backward_grad_sync(bool is_joined_rank,
                                                                          torch::Tensor* result = nullptr);
   // One zero bucket per gradient bucket, in the Reducer's order, through
-  // Reducer::run_comm_hook; waits for all.
-  void match_all_reduce_for_bwd_pass();
-  // allreduce of the Reducer's locally-used-parameter map; waited.
-  void match_unused_params_allreduce();
+  // Reducer::run_comm_hook; waits for all. Returns the buckets, each now
+  // holding the other ranks' sum (their averaged gradient).
+  std::vector<c10d::GradBucket> match_all_reduce_for_bwd_pass();
+  // allreduce of the Reducer's locally-used-parameter map; waited. Returns the reduced map.
+  torch::Tensor match_unused_params_allreduce();
+  // Lockstep Join: copies the reduced buckets into the parameters' gradients
+  // (skipping parameters `used`, if defined, marks unused on every rank).
+  void adopt_reduced_gradients(const std::vector<c10d::GradBucket>& buckets, const torch::Tensor& used);
+  // Lockstep Join: when set, a joined rank's main_hook, on an iteration in
+  // which the others reduce gradients, adopts the reduced gradient and calls
+  // this step (the training loop's optimizer step). Unset: PyTorch's Join.
+  void set_join_step(std::function<void()> step) { join_step_ = std::move(step); }
+  const std::function<void()>& join_step() const { return join_step_; }
   // find_common_rank(rank, is_last_joiner), then broadcast_coalesced of
   // parameters and buffers from that rank.
   void sync_final_model(bool is_last_joiner);
@@ -212,6 +224,7 @@ class DistributedDataParallel : public Joinable {
   int64_t num_iterations_ = 0;
   // The grad-sync flag allreduce of step 4, waited in post_forward.
   c10::intrusive_ptr<c10d::Work> grad_sync_work_;
+  std::function<void()> join_step_;
 };
 
 }  // namespace lt

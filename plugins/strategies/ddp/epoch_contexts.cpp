@@ -71,6 +71,7 @@ class DDPJoinEpochContext : public TrainingEpochContext {
         settings_(settings) {
     if (!settings_.enable) check_even_batches();
     ddp_.set_divide_by_initial_world_size(settings_.divide_by_initial_world_size);
+    if (settings_.mode == JoinMode::kLockstep) ddp_.set_join_step(plan.joined_step);
     std::vector<Joinable*> joinables{&ddp_};
     if (module_.runtime().results != nullptr) {
       logging_ = std::make_unique<LoggingJoinable>(*module_.runtime().results, ddp_.process_group(), ddp_.device());
@@ -83,6 +84,7 @@ class DDPJoinEpochContext : public TrainingEpochContext {
     join_.reset();  // resets the joinables' configs before the logging joinable goes
     logging_.reset();
     ddp_.set_divide_by_initial_world_size(true);
+    ddp_.set_join_step(nullptr);
   }
 
   int64_t num_iterations() const override {
@@ -122,6 +124,8 @@ class DDPJoinEpochContext : public TrainingEpochContext {
       join_->join();
     }
     if (!settings_.enable) return;
+    // In lockstep every rank took every step.
+    if (settings_.mode == JoinMode::kLockstep && plan().joined_step) return;
     // Ranks that joined early took fewer optimizer steps; they now hold the
     // last joiner's model, so they take its step count too.
     RunState* state = module_.runtime().state;

@@ -21,6 +21,13 @@
 //     that window's synced step and takes the step with everyone. It then
 //     joins at a window boundary: no sample is dropped and there is exactly one
 //     optimizer step per window on every rank still training.
+//   - join_mode lockstep (the default): a joined rank takes that step too, on
+//     the gradient its shadowed bucket allreduces return (the same bits the
+//     active ranks hold), through the loop's EpochPlan::joined_step. So after
+//     every step parameters, optimizer and scheduler state and global_step
+//     are equal on every rank, and training equals one optimizer stepping once
+//     per window on the union of the ranks' micro-batches. join_mode pytorch:
+//     a joined rank does not step (PyTorch's Join).
 //   - Gradient of window w = (1/D) * sum over every rank's micro-batches of w of
 //     grad(loss/k); D = initial world size, or with divide_by_initial_world_size
 //     off the number of ranks active at w's synced iteration (the ranks with
@@ -37,10 +44,13 @@
 //     3. end_batch: the sync_dist logging reduction (ddp/joinable_logging.h).
 //   joined rank (in finish(), Join::join per active iteration):
 //     allreduce(zeros) matching 1's heartbeat [throw mode: allreduce(ones), throw],
-//     DDP main hook (shadows 1's rest and 2), logging main hook (shadows 3).
+//     DDP main hook (shadows 1's rest and 2; lockstep: then the optimizer
+//     step, whose hooks may issue their own matched collectives, as the active
+//     ranks' step does between 2 and 3), logging main hook (shadows 3).
 //   after every rank joined: DDP post hook (final model broadcast from the
-//   highest last joiner), then one allreduce(MAX) of global_step, so every rank
-//   counts the steps of the model it now holds.
+//   highest last joiner; lockstep: the parameters are equal already, it
+//   aligns the buffers), then, in pytorch mode, one allreduce(MAX) of
+//   global_step, so every rank counts the steps of the model it now holds.
 // With Join disabled (join_enable: false), the context first allgathers the
 // ranks' batch counts and refuses uneven ones with an error on every rank
 // (instead of a hang in the first unmatched gradient allreduce).

@@ -33,15 +33,24 @@ JoinSupport judge_val_check_interval(const TrainerOptions& options) {
                kPadFix));
 }
 
-JoinSupport judge_scheduler_per_step() {
+JoinSupport judge_scheduler_per_step(const JoinSettings& settings) {
+  // Lockstep: a joined rank steps its scheduler with the others.
+  if (settings.mode == JoinMode::kLockstep) return JoinSupport::compatible();
   return JoinSupport::warn(
       "a per-step LR scheduler steps once per optimizer step, and a rank that joins early takes fewer steps in an "
       "uneven epoch, so its learning rate falls behind the other ranks' from the next epoch on",
-      "use an epoch-interval scheduler (interval: epoch), or uneven_inputs: pad");
+      "use join_mode: lockstep, an epoch-interval scheduler (interval: epoch), or uneven_inputs: pad");
 }
 
-JoinSupport judge_manual_optimization(const LightningModule& module) {
-  if (module.collectives().manual_declared) return JoinSupport::compatible();
+JoinSupport judge_manual_optimization(const LightningModule& module, const JoinSettings& settings) {
+  if (module.collectives().manual_declared) {
+    if (settings.mode == JoinMode::kPyTorch) return JoinSupport::compatible();
+    return JoinSupport::warn(
+        "a joined rank cannot take manual optimization's steps (they are the module's own code), so it steps as in "
+        "PyTorch's Join: not at all; its optimizer state falls behind until the epoch's final broadcast of the "
+        "parameters",
+        "use automatic optimization for lockstep Join");
+  }
   return JoinSupport::incompatible(
       "manual optimization decides itself when to call manual_backward and optimizer_step, so Join cannot know "
       "which collectives a joined rank must shadow per iteration",
@@ -107,8 +116,10 @@ JoinCompatibilityReport check_join_compatibility(const FeatureSet& features, con
   if (features.has_validation) {
     add(c10::str("val_check_interval=", options.val_check_interval().str()), judge_val_check_interval(options));
   }
-  if (features.scheduler_per_step) add("a per-step LR scheduler (interval: step)", judge_scheduler_per_step());
-  if (!module.automatic_optimization()) add("manual optimization", judge_manual_optimization(module));
+  if (features.scheduler_per_step) {
+    add("a per-step LR scheduler (interval: step)", judge_scheduler_per_step(settings));
+  }
+  if (!module.automatic_optimization()) add("manual optimization", judge_manual_optimization(module, settings));
   if (has_sync_batch_norm(module)) {
     add("SyncBatchNorm", judge_forward_collectives("SyncBatchNorm allreduces batch statistics in every forward and",
                                                    settings));

@@ -15,11 +15,24 @@
 
 namespace lt {
 
-// How the DDP strategy runs Join (TrainerOptions join_*).
+// What a rank that ran out of data does while the others train.
+enum class JoinMode {
+  // It takes every optimizer step with the others, on the gradient it
+  // receives in the allreduces it shadows: replicas stay identical (optimizer
+  // and scheduler state, global_step), so per-step features work.
+  kLockstep,
+  // PyTorch's Join: it only shadows the collectives and does not step; the
+  // last joiner's parameters are broadcast at the end of the epoch, but the
+  // early joiner's optimizer state, scheduler and step count fall behind.
+  kPyTorch,
+};
+
+// How the DDP strategy runs Join (DDPStrategyOptions join_*).
 struct JoinSettings {
   bool enable = true;
   bool throw_on_early_termination = false;
   bool divide_by_initial_world_size = true;
+  JoinMode mode = JoinMode::kLockstep;
 };
 
 // One feature of the run and its verdict.
