@@ -73,8 +73,19 @@ void Timer::check(Trainer& trainer) {
   }
 }
 
-void Timer::on_train_batch_end(Trainer& trainer, LightningModule&, const torch::Tensor&, const Batch&, int64_t) {
+// After each optimizer step: the hook every rank runs at every step, a rank
+// that finished its data too in lockstep Join (a batch hook would leave the
+// check's collective unmatched on a rank in padding or joined).
+void Timer::on_before_zero_grad(Trainer& trainer, LightningModule&, torch::optim::Optimizer&) {
   if (options_.interval() == "step") check(trainer);
+}
+
+JoinSupport Timer::join_support(const TrainerOptions& /*options*/) const {
+  if (!options_.duration() || options_.interval() != "step") return JoinSupport::compatible();
+  return JoinSupport::needs_lockstep(
+      "with interval: step it agrees on the time limit through a collective after every optimizer step, which a "
+      "rank that ran out of data takes only in lockstep Join",
+      "use join_mode: lockstep (the default), or interval: epoch");
 }
 
 void Timer::on_train_epoch_end(Trainer& trainer, LightningModule&) {

@@ -37,8 +37,8 @@ class Timer : public Callback {
   void on_validation_end(Trainer& trainer, LightningModule& module) override;
   void on_test_start(Trainer& trainer, LightningModule& module) override;
   void on_test_end(Trainer& trainer, LightningModule& module) override;
-  void on_train_batch_end(Trainer& trainer, LightningModule& module, const torch::Tensor& loss, const Batch& batch,
-                          int64_t batch_idx) override;
+  void on_before_zero_grad(Trainer& trainer, LightningModule& module, torch::optim::Optimizer& optimizer) override;
+  JoinSupport join_support(const TrainerOptions& options) const override;
   void on_train_epoch_end(Trainer& trainer, LightningModule& module) override;
 
   StateDict state_dict() const override;

@@ -11,6 +11,8 @@ namespace lt {
 enum class JoinCompatibility {
   kCompatible,      // issues no collective while ranks may be joined
   kNeedsShadowing,  // issues collectives that joined ranks shadow (e.g. sync_dist logging)
+  kNeedsLockstep,   // issues collectives in optimizer-step hooks, which joined ranks run in lockstep
+                    // Join only: compatible there, refused in join_mode pytorch
   kWarn,            // runs, but the behaviour differs across ranks (e.g. per-step LR schedules)
   kIncompatible,    // would hang or diverge under Join: the run is refused
 };
@@ -23,6 +25,9 @@ struct JoinSupport {
   static JoinSupport compatible() { return {}; }
   static JoinSupport warn(std::string reason, std::string fix = {}) {
     return {JoinCompatibility::kWarn, std::move(reason), std::move(fix)};
+  }
+  static JoinSupport needs_lockstep(std::string reason, std::string fix) {
+    return {JoinCompatibility::kNeedsLockstep, std::move(reason), std::move(fix)};
   }
   static JoinSupport incompatible(std::string reason, std::string fix) {
     return {JoinCompatibility::kIncompatible, std::move(reason), std::move(fix)};

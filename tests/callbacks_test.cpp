@@ -268,6 +268,10 @@ TEST(JoinSupport, CallbacksDeclareTheirCompatibility) {
   EXPECT_EQ(steps.fix, "use every_n_epochs instead, or set trainer.uneven_inputs: pad");
   EXPECT_EQ(lt::LearningRateMonitor().join_support(o).compatibility, lt::JoinCompatibility::kCompatible);
   EXPECT_EQ(lt::Timer().join_support(o).compatibility, lt::JoinCompatibility::kCompatible);
+  // A time limit checked every step issues a collective in a step hook: lockstep Join only.
+  const auto timed = lt::Timer(lt::TimerOptions().duration(std::chrono::duration<double>(60.0))).join_support(o);
+  EXPECT_EQ(timed.compatibility, lt::JoinCompatibility::kNeedsLockstep);
+  EXPECT_NE(timed.fix.find("join_mode: lockstep"), std::string::npos) << timed.fix;
   EXPECT_EQ(lt::ProgressBar().join_support(o).compatibility, lt::JoinCompatibility::kCompatible);
   EXPECT_EQ(lt::EarlyStopping().priority(), lt::Callback::kMonitorPriority);
   EXPECT_EQ(lt::ModelCheckpoint().priority(), lt::Callback::kMonitorPriority);

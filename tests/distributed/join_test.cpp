@@ -1,6 +1,7 @@
 // Join, the DDP epoch context under uneven inputs, Joinable logging and the
 // Join-compatibility check, in real worker processes over Gloo.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -16,6 +17,7 @@
 
 #include <lightning_cpp/callbacks/early_stopping.h>
 #include <lightning_cpp/callbacks/model_checkpoint.h>
+#include <lightning_cpp/callbacks/timer.h>
 #include <lightning_cpp/core/rank_zero.h>
 #include <lightning_cpp/plugins/join/join.h>
 #include <lightning_cpp/plugins/strategies/ddp.h>
@@ -651,6 +653,69 @@ LT_TEST_WORKER(ReplicaIdentity) {
   std::cerr << "rank " << rank << ": lockstep " << lockstep_steps << " steps, pytorch mode " << pytorch_steps
             << std::endl;
   return 0;
+}
+
+// The reproductions on 2 ranks with 21 and 20 batches: a Timer with
+// interval: step (its per-step collective aborted gloo), and max_steps on a
+// step the shorter rank never reaches by itself (20; 41 in epoch 2) with a
+// ModelCheckpoint (a rank waited in its barrier). In lockstep the joined rank
+// takes those steps, so each ends on every rank at the same global_step.
+LT_TEST_WORKER(StepFeaturesOnUnevenRanks) {
+  const int rank = env_int("RANK");
+  const std::vector<int64_t> counts = {21, 20};
+  auto strategy = make_strategy();
+  {
+    auto model = std::make_shared<JoinNet>();
+    auto timer = std::make_shared<lt::Timer>(
+        lt::TimerOptions().duration(std::chrono::duration<double>(86400.0)).interval("step").verbose(false));
+    lt::Trainer trainer(base_options(strategy, 2).callbacks({timer}));
+    trainer.fit(model, rank_loader(rank, counts[rank]));
+    LT_WORKER_CHECK(trainer.global_step() == 21, "Timer run: global_step ", trainer.global_step());
+  }
+  {
+    // A limit of 0 s: every rank stops after the first step.
+    auto model = std::make_shared<JoinNet>();
+    auto timer = std::make_shared<lt::Timer>(
+        lt::TimerOptions().duration(std::chrono::duration<double>(0.0)).interval("step").verbose(false));
+    lt::Trainer trainer(base_options(strategy, 2).max_epochs(2).callbacks({timer}));
+    trainer.fit(model, rank_loader(rank, counts[rank]));
+    LT_WORKER_CHECK(trainer.global_step() == 1, "Timer 0 s: global_step ", trainer.global_step());
+  }
+  for (const int64_t max_steps : {20, 41}) {
+    auto model = std::make_shared<JoinNet>();
+    auto checkpoint = std::make_shared<lt::ModelCheckpoint>(
+        lt::ModelCheckpointOptions().dirpath(env_str("LT_CKPT_DIR")).save_last(true));
+    lt::Trainer trainer(base_options(strategy, 2).max_epochs(3).max_steps(max_steps).callbacks({checkpoint}));
+    trainer.fit(model, rank_loader(rank, counts[rank]));
+    LT_WORKER_CHECK(trainer.global_step() == max_steps, "max_steps ", max_steps, ": global_step ",
+                    trainer.global_step());
+    const torch::Tensor all = strategy->all_gather(model->flat());
+    LT_WORKER_CHECK((all[0] == all[1]).all().item<bool>(), "max_steps ", max_steps, ": replicas differ");
+  }
+  {
+    // PyTorch's Join: the joined rank would not run the Timer's step hook; refused before the first step.
+    strategy->options().join_mode(lt::JoinMode::kPyTorch);
+    auto timer = std::make_shared<lt::Timer>(
+        lt::TimerOptions().duration(std::chrono::duration<double>(86400.0)).interval("step").verbose(false));
+    lt::Trainer trainer(base_options(strategy, 2).callbacks({timer}));
+    bool refused = false;
+    try {
+      trainer.fit(std::make_shared<JoinNet>(), rank_loader(rank, counts[rank]));
+    } catch (const lt::JoinCompatibilityError& e) {
+      refused = std::string(e.what()).find("callback Timer") != std::string::npos;
+    }
+    strategy->options().join_mode(lt::JoinMode::kLockstep);
+    LT_WORKER_CHECK(refused, "pytorch mode did not refuse a Timer with interval: step");
+  }
+  return 0;
+}
+
+TEST(JoinLockstep, TimerAndMaxStepsWorkOnUnevenRanks) {
+  const auto dir = std::filesystem::temp_directory_path() / ("lt_lockstep_ckpt_" + std::to_string(::getpid()));
+  auto r = run_workers("StepFeaturesOnUnevenRanks", 2, join_options("", {{"LT_CKPT_DIR", dir.string()}}));
+  EXPECT_TRUE(r.ok()) << r.summary();
+  EXPECT_TRUE(std::filesystem::exists(dir / "last.ckpt"));
+  std::filesystem::remove_all(dir);
 }
 
 TEST(JoinLockstep, ReplicasAreIdenticalAfterEveryOptimizerStep) {

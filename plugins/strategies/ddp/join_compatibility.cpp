@@ -107,6 +107,9 @@ JoinCompatibilityReport check_join_compatibility(const FeatureSet& features, con
   const LightningModule& module = *features.module;
   JoinCompatibilityReport report;
   auto add = [&](std::string name, JoinSupport support) {
+    if (support.compatibility == JoinCompatibility::kNeedsLockstep && settings.mode == JoinMode::kPyTorch) {
+      support.compatibility = JoinCompatibility::kIncompatible;
+    }
     report.features.push_back(JoinFeature{std::move(name), std::move(support)});
   };
 
