@@ -196,8 +196,8 @@ void ModelCheckpoint::save_monitored(Trainer& trainer, const std::map<std::strin
   best_model_score_ = best->second;
   if (options_.verbose() && trainer.is_global_zero()) {
     rank_zero_info("Epoch ", trainer.current_epoch(), ", global step ", trainer.global_step(), ": '",
-                   options_.monitor(), "' reached ", current, " (best ", *best_model_score_, "), saving model to '", path,
-                   "' as top ", k);
+                   options_.monitor(), "' reached ", current, " (best ", *best_model_score_, "), saving model to '",
+                   path, "' as top ", k);
   }
   write(trainer, path);
   if (!to_delete.empty() && to_delete != path) remove(trainer, to_delete);

@@ -26,8 +26,10 @@ void register_builtin_callbacks(Registry& r) {
           .add_bool("strict", es.strict(), "fail if the monitored metric is missing")
           .add_bool("check_finite", es.check_finite(), "stop when the metric becomes NaN or infinite")
           .add_float("stopping_threshold", es.stopping_threshold(), "stop at once when the metric reaches this")
-          .add_float("divergence_threshold", es.divergence_threshold(), "stop at once when the metric is worse than this")
-          .add_bool("check_on_train_epoch_end", es.check_on_train_epoch_end(), "check at train epoch end (null: automatic)"),
+          .add_float("divergence_threshold", es.divergence_threshold(),
+                     "stop at once when the metric is worse than this")
+          .add_bool("check_on_train_epoch_end", es.check_on_train_epoch_end(),
+                    "check at train epoch end (null: automatic)"),
       [](const InitArgs& a) {
         return std::make_shared<EarlyStopping>(EarlyStoppingOptions(a.get_string("monitor"))
                                                    .min_delta(a.get_float("min_delta"))
@@ -51,9 +53,11 @@ void register_builtin_callbacks(Registry& r) {
           .add_bool("save_last", mc.save_last(), "also write last.ckpt at every save")
           .add_int("save_top_k", mc.save_top_k(), "how many to keep: k, 0 none, -1 all")
           .add_string("mode", mc.mode(), "whether lower or higher is better", {"min", "max"})
-          .add_bool("auto_insert_metric_name", mc.auto_insert_metric_name(), "'{epoch}' gives 'epoch=3' rather than '3'")
+          .add_bool("auto_insert_metric_name", mc.auto_insert_metric_name(),
+                    "'{epoch}' gives 'epoch=3' rather than '3'")
           .add_int("every_n_train_steps", mc.every_n_train_steps(), "save every n optimizer steps (0: off)")
-          .add_int("every_n_epochs", mc.every_n_epochs(), "save every n epochs (null: 1, or 0 with every_n_train_steps)"),
+          .add_int("every_n_epochs", mc.every_n_epochs(),
+                   "save every n epochs (null: 1, or 0 with every_n_train_steps)"),
       [](const InitArgs& a) {
         return std::make_shared<ModelCheckpoint>(ModelCheckpointOptions()
                                                      .dirpath(a.get_optional_string("dirpath").value_or(""))

@@ -369,7 +369,8 @@ void lift_strategy_aliases(ConfigNode& out, const ConfigNode* strategy_given) {
       const ConfigNode* given = given_args != nullptr && given_args->is_map() ? given_args->find(key) : nullptr;
       if (given != nullptr) {
         fail(alias->key_source, c10::str("trainer.", key),
-             c10::str("given twice: here and as strategy.init_args.", key, " (", given->key_source.str(), "); keep one"));
+             c10::str("given twice: here and as strategy.init_args.", key, " (", given->key_source.str(),
+                      "); keep one"));
       }
       const ConfigSource key_source = target->key_source;
       *target = *alias;

@@ -20,7 +20,8 @@ void LRScheduler::step() {
   ++last_epoch_;
   const auto lrs = compute_lrs();
   auto& groups = optimizer_.param_groups();
-  LT_INTERNAL_ASSERT(lrs.size() == groups.size(), "LRScheduler: ", lrs.size(), " rates for ", groups.size(), " param groups");
+  LT_INTERNAL_ASSERT(lrs.size() == groups.size(), "LRScheduler: ", lrs.size(), " rates for ", groups.size(),
+                     " param groups");
   for (size_t i = 0; i < groups.size(); ++i) set_lr(groups[i], lrs[i]);
 }
 

@@ -299,7 +299,8 @@ void describe_table(std::ostringstream& os, const std::map<std::string, Registry
     os << "\n";
     std::string args;
     for (const auto& spec : e.schema.specs()) {
-      args += (args.empty() ? "" : ", ") + spec.name + "=" + (spec.required ? "<required>" : arg_value_str(spec.default_value));
+      args += (args.empty() ? "" : ", ") + spec.name + "=" +
+              (spec.required ? "<required>" : arg_value_str(spec.default_value));
     }
     if (!args.empty()) os << "      init_args: " << args << "\n";
   }

@@ -11,8 +11,9 @@
 // silently). Each area registers its built-ins in its own registration.cpp
 // (register_builtin_callbacks, ..._loggers, ..._loops, ..._strategies); one
 // function calls them all: register_builtins() (cli/register_builtins.h),
-// which Registry::global() runs once. A user's shared library exports lightning_cpp_plugin_info() (see
-// PluginInfo below) and is loaded by an explicit path with load_plugin().
+// which Registry::global() runs once. A user's shared library exports
+// lightning_cpp_plugin_info() (see PluginInfo below) and is loaded by an
+// explicit path with load_plugin().
 
 #include <cstdint>
 #include <functional>

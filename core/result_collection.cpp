@@ -58,7 +58,8 @@ std::map<std::string, double> ResultCollection::take_epoch_metrics(bool for_logg
     if (!entry.has_epoch_value) continue;
     double value = entry.weighted_sum / std::max(entry.weight, 1e-300);
     if (entry.options.reduce_fx() == ReduceOp::kSum) value = entry.sum;
-    if (entry.options.reduce_fx() == ReduceOp::kMin || entry.options.reduce_fx() == ReduceOp::kMax) value = entry.extreme;
+    if (entry.options.reduce_fx() == ReduceOp::kMin || entry.options.reduce_fx() == ReduceOp::kMax)
+      value = entry.extreme;
     const std::string key = entry.on_step ? name + "_epoch" : name;
     if (!for_logger || entry.options.logger()) out[key] = value;
     publish(name, key, value, entry.options.prog_bar());

@@ -35,7 +35,8 @@ int64_t DataLoader::size() const {
 }
 
 Batch DataLoader::get(int64_t batch_idx) const {
-  LT_INTERNAL_ASSERT(batch_idx >= 0 && batch_idx < size(), "DataLoader: batch ", batch_idx, " out of range [0, ", size(), ")");
+  LT_INTERNAL_ASSERT(batch_idx >= 0 && batch_idx < size(), "DataLoader: batch ", batch_idx, " out of range [0, ",
+                     size(), ")");
   const int64_t b = options_.batch_size();
   const auto begin = indices_.begin() + batch_idx * b;
   const auto end = indices_.begin() + std::min<int64_t>((batch_idx + 1) * b, num_samples());

@@ -15,14 +15,16 @@ void register_builtin_loggers(Registry& r) {
                     .add_string("save_dir", std::nullopt, "root folder (null: trainer.default_root_dir)")
                     .add_string("name", csv.name(), "experiment folder")
                     .add_int("version", std::nullopt, "version number (null: the next free one)")
-                    .add_int("flush_logs_every_n_steps", csv.flush_logs_every_n_steps(), "rows buffered between writes"),
+                    .add_int("flush_logs_every_n_steps", csv.flush_logs_every_n_steps(),
+                             "rows buffered between writes"),
                 [](const InitArgs& a) {
                   std::string save_dir = a.get_optional_string("save_dir").value_or(
                       a.trainer() ? a.trainer()->default_root_dir() : std::string("."));
-                  return std::make_shared<CSVLogger>(CSVLoggerOptions(save_dir)
-                                                         .name(a.get_string("name"))
-                                                         .version(a.get_optional_int("version"))
-                                                         .flush_logs_every_n_steps(a.get_int("flush_logs_every_n_steps")));
+                  return std::make_shared<CSVLogger>(
+                      CSVLoggerOptions(save_dir)
+                          .name(a.get_string("name"))
+                          .version(a.get_optional_int("version"))
+                          .flush_logs_every_n_steps(a.get_int("flush_logs_every_n_steps")));
                 });
   r.add<Logger>("ConsoleLogger", "metrics as log lines (spdlog)",
                 ArgSchema()

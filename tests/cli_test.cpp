@@ -329,7 +329,8 @@ TEST_F(CliTest, PredictWritesPredictions) {
   EXPECT_TRUE(fs::exists(dir_ / "lightning_logs" / "version_0" / "predictions.pt"));
 }
 
-// -- plugins (the registry itself: tests/registry_test.cpp) ---------------------------------------------------------------------
+// -- plugins (the registry itself: tests/registry_test.cpp)
+// ---------------------------------------------------------------------
 
 TEST_F(CliTest, PluginByPathRegistersAModelThatTrainsFromYaml) {
   const std::string plugin = LT_EXAMPLE_PLUGIN;

@@ -237,7 +237,9 @@ void supervise_local_spawn(int64_t num_processes, const LocalSpawnOptions& optio
       std::fprintf(stderr, " (its output: %s/rank%zu.log)", options.worker_log_dir.c_str(), rank);
     }
     std::fprintf(stderr, "; the other workers were stopped\n");
-    code = e.timed_out ? 124 : e.signal != 0 ? 128 + e.signal : (e.exit_code > 0 && e.exit_code < 256 ? e.exit_code : 1);
+    code = e.timed_out     ? 124
+           : e.signal != 0 ? 128 + e.signal
+                           : (e.exit_code > 0 && e.exit_code < 256 ? e.exit_code : 1);
   }
   std::fflush(stderr);
   std::fflush(stdout);

@@ -57,7 +57,8 @@ void register_builtin_strategies(Registry& registry) {
           .add_string("worker_log_dir", std::nullopt, "local spawn: write rank r's output to <dir>/rank<r>.log")
           .add_string("uneven_inputs", uneven_inputs_name(ddp.uneven_inputs()), "ranks with different batch counts",
                       {"join", "pad", "error"})
-          .add_bool("join_enable", ddp.join_enable(), "uneven_inputs join: train under Join (false: refuse uneven shards)")
+          .add_bool("join_enable", ddp.join_enable(),
+                    "uneven_inputs join: train under Join (false: refuse uneven shards)")
           .add_bool("join_throw_on_early_termination", ddp.join_throw_on_early_termination(),
                     "Join: every rank stops with an error once one runs out of data")
           .add_bool("join_divide_by_initial_world_size", ddp.join_divide_by_initial_world_size(),

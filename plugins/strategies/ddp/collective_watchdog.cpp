@@ -307,7 +307,8 @@ void CollectiveWatchdog::finish() {
       pause = std::min(pause * 2, std::chrono::milliseconds(50));
     }
   } catch (const std::exception& e) {
-    headline = c10::str("rank ", rank_, " of ", world_size_, " finished the run, but lost the store: ", one_line(error_message(e)));
+    headline = c10::str("rank ", rank_, " of ", world_size_,
+                        " finished the run, but lost the store: ", one_line(error_message(e)));
   }
   const auto all = headline.empty() ? std::map<int64_t, std::string>{} : statuses();
   end_run();

@@ -60,11 +60,13 @@ std::vector<double> LoggingJoinable::reduce(const std::vector<ResultCollection::
   const auto dopts = torch::TensorOptions().dtype(torch::kDouble).device(device_);
   std::vector<size_t> sums;
   std::vector<size_t> extremes;
-  for (size_t i = 0; i < pending.size(); ++i) (is_extreme(pending[i].options.reduce_fx()) ? extremes : sums).push_back(i);
+  for (size_t i = 0; i < pending.size(); ++i)
+    (is_extreme(pending[i].options.reduce_fx()) ? extremes : sums).push_back(i);
   const double n = static_cast<double>(sums.size());
   const double m = static_cast<double>(extremes.size());
   // A joined rank is neutral in the header: it does not count towards the minimum.
-  torch::Tensor header = shadowing ? torch::tensor({0.0, -kInf, 0.0, -kInf}, dopts) : torch::tensor({n, -n, m, -m}, dopts);
+  torch::Tensor header =
+      shadowing ? torch::tensor({0.0, -kInf, 0.0, -kInf}, dopts) : torch::tensor({n, -n, m, -m}, dopts);
   header = allreduce(*process_group_, header, c10d::ReduceOp::MAX);
   const double max_n = header[0].item<double>();
   const double min_n = -header[1].item<double>();

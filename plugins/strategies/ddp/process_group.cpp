@@ -87,8 +87,8 @@ std::string resolve_process_group_backend(const std::string& requested, c10::Dev
                                           const std::string& accelerator) {
   const bool cuda = device == c10::DeviceType::CUDA;
   const std::string backend = requested.empty() ? (cuda ? "nccl" : "gloo") : requested;
-  LT_CHECK_VALUE(backend == "gloo" || backend == "nccl", "strategy ddp: process_group_backend must be gloo or nccl, got '",
-                 backend, "'");
+  LT_CHECK_VALUE(backend == "gloo" || backend == "nccl",
+                 "strategy ddp: process_group_backend must be gloo or nccl, got '", backend, "'");
   if (backend == "nccl") {
 #if !(defined(LT_WITH_NCCL) && LT_WITH_NCCL)
     LT_CHECK_VALUE(false,

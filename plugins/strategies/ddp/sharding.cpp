@@ -41,12 +41,13 @@ bool shard_dataloader(DataLoader& loader, Stage stage, UnevenInputs uneven_input
     const DistributedSampler probe(n, sampler_options);
     const int64_t first = limit.apply(batches_for_rank(probe, 0, loader.options()));
     bool even = true;
-    for (int64_t r = 1; r < world_size; ++r) even = even && limit.apply(batches_for_rank(probe, r, loader.options())) == first;
+    for (int64_t r = 1; r < world_size; ++r)
+      even = even && limit.apply(batches_for_rank(probe, r, loader.options())) == first;
     if (!even) {
       sampler_options.pad(true);
-      rank_zero_warn("strategy ddp: ", n, " ", stage_name(stage), " samples in batches of ", loader.options().batch_size(),
-                     " would give the ", world_size, " ranks different numbers of batches; padding the shards ",
-                     "(a few samples are evaluated twice)");
+      rank_zero_warn("strategy ddp: ", n, " ", stage_name(stage), " samples in batches of ",
+                     loader.options().batch_size(), " would give the ", world_size,
+                     " ranks different numbers of batches; padding the shards ", "(a few samples are evaluated twice)");
     }
   }
   loader.set_sampler(std::make_shared<DistributedSampler>(n, sampler_options));
