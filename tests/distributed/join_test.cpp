@@ -11,6 +11,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <sstream>
@@ -396,28 +397,44 @@ struct MatrixConfig {
   }
 };
 
-std::vector<MatrixConfig> read_matrix() {
-  std::ifstream in(std::string(LT_SOURCE_DIR) + "/tests/fixtures/join_matrix.txt");
-  std::vector<MatrixConfig> out;
+// The lines of a fixture written by tests/python/join_oracle.py: `head` reads
+// a line's leading columns; the numbers after them are the reference parameters.
+template <typename Config>
+std::vector<Config> read_fixture(const std::string& name, const std::function<void(std::istream&, Config&)>& head) {
+  std::ifstream in(std::string(LT_SOURCE_DIR) + "/tests/fixtures/" + name);
+  std::vector<Config> out;
   std::string line;
   while (std::getline(in, line)) {
     if (line.empty() || line[0] == '#') continue;
     std::istringstream ss(line);
-    MatrixConfig c;
-    std::string counts;
-    int divide = 0;
-    int throw_mode = 0;
-    ss >> c.ws >> counts >> c.k >> divide >> throw_mode >> c.epochs >> c.source;
-    c.divide = divide != 0;
-    c.throw_on_early_termination = throw_mode != 0;
-    std::stringstream cs(counts);
-    std::string item;
-    while (std::getline(cs, item, ',')) c.counts.push_back(std::stoll(item));
+    Config c;
+    head(ss, c);
     double v = 0;
     while (ss >> v) c.params.push_back(v);
     out.push_back(std::move(c));
   }
   return out;
+}
+
+// "5,8" -> {5, 8}
+std::vector<int64_t> parse_counts(const std::string& text) {
+  std::vector<int64_t> out;
+  std::stringstream cs(text);
+  std::string item;
+  while (std::getline(cs, item, ',')) out.push_back(std::stoll(item));
+  return out;
+}
+
+std::vector<MatrixConfig> read_matrix() {
+  return read_fixture<MatrixConfig>("join_matrix.txt", [](std::istream& ss, MatrixConfig& c) {
+    std::string counts;
+    int divide = 0;
+    int throw_mode = 0;
+    ss >> c.ws >> counts >> c.k >> divide >> throw_mode >> c.epochs >> c.source;
+    c.counts = parse_counts(counts);
+    c.divide = divide != 0;
+    c.throw_on_early_termination = throw_mode != 0;
+  });
 }
 
 lt::TrainerOptions base_options(const std::shared_ptr<lt::DDPStrategy>& strategy, int ws) {
@@ -499,25 +516,13 @@ struct LockstepConfig {
 };
 
 std::vector<LockstepConfig> read_lockstep() {
-  std::ifstream in(std::string(LT_SOURCE_DIR) + "/tests/fixtures/join_lockstep.txt");
-  std::vector<LockstepConfig> out;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    std::istringstream ss(line);
-    LockstepConfig c;
+  return read_fixture<LockstepConfig>("join_lockstep.txt", [](std::istream& ss, LockstepConfig& c) {
     std::string counts;
     int divide = 0;
     ss >> c.ws >> counts >> c.k >> divide >> c.epochs >> c.optim >> c.mode;
+    c.counts = parse_counts(counts);
     c.divide = divide != 0;
-    std::stringstream cs(counts);
-    std::string item;
-    while (std::getline(cs, item, ',')) c.counts.push_back(std::stoll(item));
-    double v = 0;
-    while (ss >> v) c.params.push_back(v);
-    out.push_back(std::move(c));
-  }
-  return out;
+  });
 }
 
 // Each line: lockstep against the window rule with that optimizer, or

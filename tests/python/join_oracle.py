@@ -121,24 +121,30 @@ def flat(model):
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 
 
+def window_gradients(model, c, w):
+    """Window w's gradients, summed over every rank's micro-batches of w, and the divisor D."""
+    ws, counts, k = c["ws"], c["counts"], c["k"]
+    grads = [torch.zeros_like(p) for p in model.parameters()]
+    active = sum(1 for n in counts if n > w * k)
+    for r in range(ws):
+        for i in range(w * k, min((w + 1) * k, counts[r])):
+            model.zero_grad()
+            x, y = batch(r, i)
+            (F.mse_loss(model(x), y) / k).backward()
+            for g, p in zip(grads, model.parameters()):
+                g += p.grad
+    return grads, (ws if c["divide"] else active)
+
+
 def window_rule(c):
     model = Net()
-    ws, counts, k = c["ws"], c["counts"], c["k"]
+    counts, k = c["counts"], c["k"]
     windows = -(-max(counts) // k)
     if c["throw"]:
         windows = -(-min(counts) // k)
     for _ in range(c["epochs"]):
         for w in range(windows):
-            grads = [torch.zeros_like(p) for p in model.parameters()]
-            active = sum(1 for n in counts if n > w * k)
-            for r in range(ws):
-                for i in range(w * k, min((w + 1) * k, counts[r])):
-                    model.zero_grad()
-                    x, y = batch(r, i)
-                    (F.mse_loss(model(x), y) / k).backward()
-                    for g, p in zip(grads, model.parameters()):
-                        g += p.grad
-            D = ws if c["divide"] else active
+            grads, D = window_gradients(model, c, w)
             with torch.no_grad():
                 for g, p in zip(grads, model.parameters()):
                     p -= LR * g / D
@@ -149,20 +155,10 @@ def window_rule_optimizer(c):
     """The window rule with a (stateful) optimizer: what lockstep Join computes."""
     model = Net()
     opt = make_optimizer(c["optim"], model.parameters())
-    ws, counts, k = c["ws"], c["counts"], c["k"]
-    windows = -(-max(counts) // k)
+    windows = -(-max(c["counts"]) // c["k"])
     for _ in range(c["epochs"]):
         for w in range(windows):
-            grads = [torch.zeros_like(p) for p in model.parameters()]
-            active = sum(1 for n in counts if n > w * k)
-            for r in range(ws):
-                for i in range(w * k, min((w + 1) * k, counts[r])):
-                    model.zero_grad()
-                    x, y = batch(r, i)
-                    (F.mse_loss(model(x), y) / k).backward()
-                    for g, p in zip(grads, model.parameters()):
-                        g += p.grad
-            D = ws if c["divide"] else active
+            grads, D = window_gradients(model, c, w)
             for g, p in zip(grads, model.parameters()):
                 p.grad = g / D
             opt.step()
