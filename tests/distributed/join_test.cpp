@@ -179,6 +179,14 @@ LT_TEST_WORKER(JoinAllReducer) {
 }
 
 namespace {
+// Runs `worker` on `world` ranks, each bounded by `timeout`; every rank must pass.
+void expect_workers_pass(const std::string& worker, int world, std::chrono::seconds timeout) {
+  WorkerOptions options;
+  options.timeout = timeout;
+  auto r = run_workers(worker, world, options);
+  EXPECT_TRUE(r.ok()) << r.summary();
+}
+
 WorkerOptions join_options(const std::string& inputs, std::map<std::string, std::string> extra = {}) {
   WorkerOptions options;
   options.timeout = std::chrono::seconds(60);
@@ -561,24 +569,15 @@ LT_TEST_WORKER(JoinLockstepMatrix) {
 }
 
 TEST(JoinLockstep, StatefulOptimizersOnTwoRanks) {
-  WorkerOptions options;
-  options.timeout = std::chrono::seconds(180);
-  auto r = run_workers("JoinLockstepMatrix", 2, options);
-  EXPECT_TRUE(r.ok()) << r.summary();
+  expect_workers_pass("JoinLockstepMatrix", 2, std::chrono::seconds(180));
 }
 
 TEST(JoinLockstep, StatefulOptimizersOnThreeRanks) {
-  WorkerOptions options;
-  options.timeout = std::chrono::seconds(180);
-  auto r = run_workers("JoinLockstepMatrix", 3, options);
-  EXPECT_TRUE(r.ok()) << r.summary();
+  expect_workers_pass("JoinLockstepMatrix", 3, std::chrono::seconds(180));
 }
 
 TEST(JoinLockstep, StatefulOptimizersOnFourRanks) {
-  WorkerOptions options;
-  options.timeout = std::chrono::seconds(180);
-  auto r = run_workers("JoinLockstepMatrix", 4, options);
-  EXPECT_TRUE(r.ok()) << r.summary();
+  expect_workers_pass("JoinLockstepMatrix", 4, std::chrono::seconds(180));
 }
 
 // -- replica identity ----------------------------------------------------------------------------
@@ -728,26 +727,11 @@ TEST(JoinLockstep, ReplicasAreIdenticalAfterEveryOptimizerStep) {
   EXPECT_TRUE(r.ok()) << r.summary();
 }
 
-TEST(JoinMatrix, TwoRanks) {
-  WorkerOptions options;
-  options.timeout = std::chrono::seconds(120);
-  auto r = run_workers("JoinMatrix", 2, options);
-  EXPECT_TRUE(r.ok()) << r.summary();
-}
+TEST(JoinMatrix, TwoRanks) { expect_workers_pass("JoinMatrix", 2, std::chrono::seconds(120)); }
 
-TEST(JoinMatrix, ThreeRanks) {
-  WorkerOptions options;
-  options.timeout = std::chrono::seconds(120);
-  auto r = run_workers("JoinMatrix", 3, options);
-  EXPECT_TRUE(r.ok()) << r.summary();
-}
+TEST(JoinMatrix, ThreeRanks) { expect_workers_pass("JoinMatrix", 3, std::chrono::seconds(120)); }
 
-TEST(JoinMatrix, FourRanks) {
-  WorkerOptions options;
-  options.timeout = std::chrono::seconds(150);
-  auto r = run_workers("JoinMatrix", 4, options);
-  EXPECT_TRUE(r.ok()) << r.summary();
-}
+TEST(JoinMatrix, FourRanks) { expect_workers_pass("JoinMatrix", 4, std::chrono::seconds(150)); }
 
 TEST(JoinEpochContext, PadsToTheEndOfTheLastWindowOnlyWithJoin) {
   EXPECT_EQ(lt::join_num_iterations(5, 2, true), 6);
@@ -777,10 +761,7 @@ LT_TEST_WORKER(JoinSyncDistLogging) {
 }
 
 TEST(JoinLogging, SyncDistMeanAndMaxAreOverTheActiveRanksOnly) {
-  WorkerOptions options;
-  options.timeout = std::chrono::seconds(60);
-  auto r = run_workers("JoinSyncDistLogging", 3, options);
-  EXPECT_TRUE(r.ok()) << r.summary();
+  expect_workers_pass("JoinSyncDistLogging", 3, std::chrono::seconds(60));
 }
 
 // -- Join disabled ---------------------------------------------------------------------------
@@ -939,8 +920,5 @@ LT_TEST_WORKER(JoinRefusedBeforeTheFirstStep) {
 }
 
 TEST(JoinCompatibility, TheStrategyRefusesTheRunOnEveryRankBeforeTheFirstStep) {
-  WorkerOptions options;
-  options.timeout = std::chrono::seconds(60);
-  auto r = run_workers("JoinRefusedBeforeTheFirstStep", 2, options);
-  EXPECT_TRUE(r.ok()) << r.summary();
+  expect_workers_pass("JoinRefusedBeforeTheFirstStep", 2, std::chrono::seconds(60));
 }
