@@ -10,8 +10,10 @@
 
 #include <lightning_cpp/callbacks/model_checkpoint.h>
 #include <lightning_cpp/callbacks/progress_bar.h>
+#include <lightning_cpp/core/rank_zero.h>
 #include <lightning_cpp/core/registry.h>
 #include <lightning_cpp/loops/fit_loop.h>
+#include <lightning_cpp/plugins/strategies/ddp/join_compatibility.h>
 #include <lightning_cpp/trainer/checkpoint.h>
 #include <lightning_cpp/trainer/trainer.h>
 
@@ -693,6 +695,15 @@ int run(const std::vector<std::string>& args, Registry& registry, std::ostream& 
     if (!s.app->parsed()) continue;
     try {
       return execute(s.app->get_name(), s.configs, s.app->remaining(), s.plugins, s.print_config, registry, out);
+    } catch (const JoinCompatibilityError& e) {
+      // Every rank refuses alike before the first step: rank 0 prints the list, the others a line.
+      if (rank_zero_env_rank() == 0) {
+        err << "error: " << e.what() << "\n";
+      } else {
+        err << "error: rank " << rank_zero_env_rank() << ": the run was refused before the first step (rank 0 "
+            << "printed why)\n";
+      }
+      return kExitConfigError;
     } catch (const ValueError& e) {
       err << "error: " << e.what() << "\n";
       return kExitConfigError;

@@ -76,6 +76,7 @@ struct FeatureSet {
   std::vector<const Callback*> callbacks;
   bool has_validation = false;
   bool scheduler_per_step = false;
+  int64_t train_batches = 0;  // this rank's training batches per epoch (after limit_train_batches)
 };
 
 class Strategy {

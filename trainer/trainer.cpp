@@ -118,6 +118,7 @@ void Trainer::fit(const std::shared_ptr<LightningModule>& module, std::shared_pt
   for (const auto& cb : run->hooks.callbacks()) features.callbacks.push_back(cb.get());
   features.has_validation = val != nullptr && module->has_validation_step();
   features.scheduler_per_step = optim_.lr_scheduler != nullptr && optim_.interval == Interval::kStep;
+  features.train_batches = options_.limit_train_batches().apply(train->size());
   strategy_->check_features(features);
 
   std::optional<SignalGuard> signals;

@@ -166,9 +166,11 @@ void DDPStrategy::optimizer_step(torch::optim::Optimizer& optimizer) {
 }
 
 void DDPStrategy::check_features(const FeatureSet& features) {
-  if (options_.uneven_inputs() == UnevenInputs::kJoin) {
-    enforce_join_compatibility(features, options_.join_settings(), rank_);
-  }
+  if (options_.uneven_inputs() != UnevenInputs::kJoin || world_size_ == 1) return;
+  // Even shards: no rank runs out of data early, Join changes nothing, and
+  // nothing needs refusing (a collective: every rank checks the same counts).
+  if (uneven_counts(*this, features.train_batches).empty()) return;
+  enforce_join_compatibility(features, options_.join_settings(), rank_);
 }
 
 std::unique_ptr<TrainingEpochContext> DDPStrategy::training_epoch_context(LightningModule& module,

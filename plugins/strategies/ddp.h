@@ -83,7 +83,8 @@ class DDPStrategy : public Strategy {
   explicit DDPStrategy(DDPStrategyOptions options = {});
   ~DDPStrategy() override;
   std::string name() const override { return "ddp"; }
-  // uneven_inputs kJoin: the Join-compatibility check (ddp/join_compatibility.h).
+  // uneven_inputs kJoin with uneven shards: the Join-compatibility check
+  // (ddp/join_compatibility.h). Even shards need none.
   void check_features(const FeatureSet& features) override;
 
   // -- lifecycle ---------------------------------------------------------------

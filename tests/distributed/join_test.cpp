@@ -817,7 +817,8 @@ class QuietCallback : public lt::Callback {
 class ValNet : public JoinNet {
  public:
   bool has_validation_step() const override { return true; }
-  void validation_step(const lt::Batch&, int64_t) override {}
+  void validation_step(const lt::Batch&, int64_t) override { ++validation_steps; }
+  int64_t validation_steps = 0;
 };
 
 lt::FeatureSet features_of(const lt::TrainerOptions& options, const lt::LightningModule& module, bool validation,
@@ -913,6 +914,14 @@ LT_TEST_WORKER(JoinRefusedBeforeTheFirstStep) {
     lt::Trainer ok_trainer(base_options(make_strategy(), 2).val_check_interval(1.0));
     ok_trainer.fit(ok_model, rank_loader(rank, rank == 0 ? 3 : 5), rank_loader(rank, 1));
     LT_WORKER_CHECK(ok_model->training_steps == (rank == 0 ? 3 : 5));
+    // Even shards (4 batches each): nobody joins early, so the same features are not refused;
+    // validation runs after every batch (val_check_interval 0.25).
+    auto even_model = std::make_shared<ValNet>();
+    even_model->collectives().in_forward = true;
+    lt::Trainer even_trainer(options);
+    even_trainer.fit(even_model, rank_loader(rank, 4), rank_loader(rank, 1));
+    LT_WORKER_CHECK(even_model->training_steps == 4 && even_model->validation_steps == 4,
+                    even_model->training_steps, " steps, ", even_model->validation_steps, " validation steps");
     return 0;
   }
   LT_WORKER_CHECK(false, "fit was not refused");
