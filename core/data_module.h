@@ -9,7 +9,9 @@
 
 namespace lt {
 
-class DataLoader;  // data/data_loader.h: core names it only
+// Declared in data/data_loader.h, a layer above: core only names it (include
+// that header to build one).
+class DataLoader;
 
 class DataModule {
  public:

@@ -1,7 +1,8 @@
 #pragma once
 // LocalEnvironment: `devices: N` on one machine with nothing else around.
 // The first process (the supervisor) finds no rank in its environment; the
-// DDP strategy makes it re-exec the program N times with
+// DDP strategy has it re-exec the program N times (supervise_local_spawn in
+// plugins/launchers/subprocess_script.h) with
 // LT_LOCAL_SPAWN=1, RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
 // MASTER_ADDR=127.0.0.1 and MASTER_PORT=<a free port>, and those workers
 // find themselves here again, now with creates_processes_externally() true.
