@@ -68,6 +68,7 @@ TEST(Registry, DescribeListsEveryKindOnceWithItsDefaults) {
   EXPECT_NE(text.find("process_group_timeout=180.0"), std::string::npos) << text;
   EXPECT_NE(text.find("bucket_cap_mb=25.0"), std::string::npos) << text;
   EXPECT_NE(text.find("patience=3"), std::string::npos) << text;
+  EXPECT_NE(text.find("join_mode=lockstep"), std::string::npos) << text;  // lockstep Join is the default
   EXPECT_EQ(text.find("Models:"), std::string::npos) << "no model is built in\n" << text;
 }
 
