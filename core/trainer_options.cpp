@@ -47,8 +47,7 @@ void TrainerOptions::validate() const {
   check_limit(limit_predict_batches_, "limit_predict_batches");
   LT_CHECK_VALUE(num_sanity_val_steps_ >= -1, "trainer.num_sanity_val_steps must be >= -1 (-1: all), got ",
                  num_sanity_val_steps_);
-  LT_CHECK_VALUE(accelerator_ == "cpu" || accelerator_ == "cuda" || accelerator_ == "auto",
-                 "trainer.accelerator must be one of cpu, cuda, auto; got '", accelerator_, "'");
+  device_type();  // names the valid accelerators when this one is none of them
   LT_CHECK_VALUE(devices_ >= 1, "trainer.devices must be >= 1, got ", devices_);
   LT_CHECK_VALUE(num_nodes_ >= 1, "trainer.num_nodes must be >= 1, got ", num_nodes_);
   LT_CHECK_VALUE(log_every_n_steps_ >= 1, "trainer.log_every_n_steps must be >= 1, got ", log_every_n_steps_);
