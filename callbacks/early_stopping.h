@@ -44,7 +44,8 @@ class EarlyStopping : public Callback {
   std::string state_key() const override;
   int priority() const override { return kMonitorPriority; }
   // Compatible with Join: it runs at epoch end, after every rank has joined,
-  // and its decision is a reduce_boolean_decision all ranks take part in.
+  // or after a mid-epoch validation, which every rank runs (joined ones too);
+  // its decision is a reduce_boolean_decision all ranks take part in.
   JoinSupport join_support(const TrainerOptions& options) const override;
 
   void setup(Trainer& trainer, LightningModule& module, Stage stage) override;

@@ -73,14 +73,12 @@ std::string ModelCheckpoint::state_key() const {
 }
 
 JoinSupport ModelCheckpoint::join_support(const TrainerOptions& /*options*/) const {
-  if (options_.every_n_train_steps() > 0) {
-    return JoinSupport::incompatible(
-        c10::str("ModelCheckpoint(every_n_train_steps=", options_.every_n_train_steps(),
-                 ") saves mid-epoch; under Join that save's barrier/collective would run while other ranks "
-                 "are already joined"),
-        "use every_n_epochs instead, or set trainer.uneven_inputs: pad");
-  }
-  return JoinSupport::compatible();
+  if (options_.every_n_train_steps() < 1) return JoinSupport::compatible();
+  return JoinSupport::needs_lockstep(
+      c10::str("ModelCheckpoint(every_n_train_steps=", options_.every_n_train_steps(),
+               ") saves after optimizer steps, with a barrier every rank must reach, a rank that ran out of data "
+               "too"),
+      "use join_mode: lockstep (the default) with automatic optimization, every_n_epochs, or uneven_inputs: pad");
 }
 
 void ModelCheckpoint::setup(Trainer& trainer, LightningModule& /*module*/, Stage /*stage*/) {
@@ -118,8 +116,9 @@ std::string ModelCheckpoint::format_checkpoint_name(const std::map<std::string, 
   return out + kFileExtension;
 }
 
-void ModelCheckpoint::on_train_batch_end(Trainer& trainer, LightningModule& /*module*/, const torch::Tensor& /*loss*/,
-                                         const Batch& /*batch*/, int64_t /*batch_idx*/) {
+// After the batch's step (Lightning saves in on_train_batch_end); under
+// lockstep Join a rank that ran out of data runs it too (see core/callback.h).
+void ModelCheckpoint::on_after_optimizer_step(Trainer& trainer, LightningModule& /*module*/) {
   const int64_t n = options_.every_n_train_steps();
   if (n < 1 || trainer.global_step() == 0 || trainer.global_step() % n != 0) return;
   save(trainer);
@@ -157,8 +156,12 @@ void ModelCheckpoint::save_topk(Trainer& trainer, const std::map<std::string, do
 void ModelCheckpoint::save_monitored(Trainer& trainer, const std::map<std::string, double>& candidates,
                                      double current) {
   const int64_t top_k = options_.save_top_k();
-  const bool keep = top_k == -1 || static_cast<int64_t>(best_k_models_.size()) < top_k ||
-                    better(current, best_k_models_.at(kth_best_model_path_));
+  const bool room = top_k == -1 || static_cast<int64_t>(best_k_models_.size()) < top_k;
+  // Each rank judges its own value (a metric logged without sync_dist
+  // differs by rank); every rank must then save or not, alike (Lightning:
+  // reduce_boolean_decision), or one would wait in the save's barrier alone.
+  const bool keep =
+      room || trainer.strategy().reduce_boolean_decision(better(current, best_k_models_.at(kth_best_model_path_)));
   if (!keep) {
     if (options_.verbose() && trainer.is_global_zero()) {
       rank_zero_info("Epoch ", trainer.current_epoch(), ", global step ", trainer.global_step(), ": '",

@@ -31,7 +31,7 @@ struct ModelCheckpointOptions {
   TORCH_ARG(int64_t, save_top_k) = 1;
   TORCH_ARG(std::string, mode) = "min";
   TORCH_ARG(bool, auto_insert_metric_name) = true;
-  // 0: not by steps. Incompatible with Join (see join_support).
+  // 0: not by steps. Under Join it needs lockstep (see join_support).
   TORCH_ARG(int64_t, every_n_train_steps) = 0;
   // Unset: 1, or 0 when every_n_train_steps is set.
   TORCH_ARG(std::optional<int64_t>, every_n_epochs) = std::nullopt;
@@ -47,13 +47,12 @@ class ModelCheckpoint : public Callback {
   std::string name() const override { return "ModelCheckpoint"; }
   std::string state_key() const override;
   int priority() const override { return kMonitorPriority; }
-  // Compatible, except every_n_train_steps > 0: a mid-epoch save runs a
-  // barrier while other ranks may already be joined.
+  // Compatible, except every_n_train_steps > 0: a save after a step runs a
+  // barrier a joined rank reaches only in lockstep Join.
   JoinSupport join_support(const TrainerOptions& options) const override;
 
   void setup(Trainer& trainer, LightningModule& module, Stage stage) override;
-  void on_train_batch_end(Trainer& trainer, LightningModule& module, const torch::Tensor& loss, const Batch& batch,
-                          int64_t batch_idx) override;
+  void on_after_optimizer_step(Trainer& trainer, LightningModule& module) override;
   void on_train_epoch_end(Trainer& trainer, LightningModule& module) override;
 
   StateDict state_dict() const override;

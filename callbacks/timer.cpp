@@ -76,7 +76,7 @@ void Timer::check(Trainer& trainer) {
 // After each optimizer step: the hook every rank runs at every step, a rank
 // that finished its data too in lockstep Join (a batch hook would leave the
 // check's collective unmatched on a rank in padding or joined).
-void Timer::on_before_zero_grad(Trainer& trainer, LightningModule&, torch::optim::Optimizer&) {
+void Timer::on_after_optimizer_step(Trainer& trainer, LightningModule&) {
   if (options_.interval() == "step") check(trainer);
 }
 

@@ -37,7 +37,7 @@ class Timer : public Callback {
   void on_validation_end(Trainer& trainer, LightningModule& module) override;
   void on_test_start(Trainer& trainer, LightningModule& module) override;
   void on_test_end(Trainer& trainer, LightningModule& module) override;
-  void on_before_zero_grad(Trainer& trainer, LightningModule& module, torch::optim::Optimizer& optimizer) override;
+  void on_after_optimizer_step(Trainer& trainer, LightningModule& module) override;
   JoinSupport join_support(const TrainerOptions& options) const override;
   void on_train_epoch_end(Trainer& trainer, LightningModule& module) override;
 

@@ -4,6 +4,12 @@
 // ascending priority() order (ties: the order they were given); the module's
 // own hook runs after the callbacks', except on_*_epoch_end where the module
 // runs first so that what it logs there is visible to monitoring callbacks.
+//
+// on_after_optimizer_step (not a Lightning hook): once after each batch in
+// which global_step advanced, after on_train_batch_end; under lockstep Join
+// also on a rank in padding or joined, at the same point of the step as the
+// ranks still training. Step-cadence work that issues collectives belongs
+// here (ModelCheckpoint every_n_train_steps, Timer interval step).
 
 #include <cstdint>
 #include <string>
@@ -53,6 +59,7 @@
   X(on_after_backward, (LT_HOOK_PARAMS), (trainer, module))                                                            \
   X(on_before_optimizer_step, (LT_HOOK_PARAMS, torch::optim::Optimizer& optimizer), (trainer, module, optimizer))      \
   X(on_before_zero_grad, (LT_HOOK_PARAMS, torch::optim::Optimizer& optimizer), (trainer, module, optimizer))           \
+  X(on_after_optimizer_step, (LT_HOOK_PARAMS), (trainer, module))                                                      \
   X(on_save_checkpoint, (LT_HOOK_PARAMS, ::lt::StateDict& checkpoint), (trainer, module, checkpoint))                  \
   X(on_load_checkpoint, (LT_HOOK_PARAMS, const ::lt::StateDict& checkpoint), (trainer, module, checkpoint))            \
   X(on_exception, (LT_HOOK_PARAMS, const std::exception& exception), (trainer, module, exception))

@@ -11,8 +11,9 @@ namespace lt {
 enum class JoinCompatibility {
   kCompatible,      // issues no collective while ranks may be joined
   kNeedsShadowing,  // issues collectives that joined ranks shadow (e.g. sync_dist logging)
-  kNeedsLockstep,   // issues collectives in optimizer-step hooks, which joined ranks run in lockstep
-                    // Join only: compatible there, refused in join_mode pytorch
+  kNeedsLockstep,   // issues collectives in optimizer-step hooks or at iteration ends (mid-epoch
+                    // validation), which a joined rank runs only in lockstep Join with automatic
+                    // optimization: compatible there, refused otherwise
   kWarn,            // runs, but the behaviour differs across ranks (e.g. per-step LR schedules)
   kIncompatible,    // would hang or diverge under Join: the run is refused
 };

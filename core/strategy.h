@@ -31,6 +31,11 @@ struct EpochPlan {
   // no micro-batch in a window that steps with the others (lockstep Join).
   // Empty where the loop cannot (manual optimization).
   std::function<void()> joined_step;
+  // What a rank that has joined runs after it shadowed one iteration of the
+  // ranks still training (`iteration`: their micro-batch index), where they
+  // run the end of that iteration: the step-end hooks after a lockstep step,
+  // and validation when the iteration is a validation point.
+  std::function<void(int64_t iteration)> joined_iteration_end;
 };
 
 // RAII guard around one micro-batch (DDP: no_sync on accumulation micro-batches).
@@ -50,6 +55,9 @@ class TrainingEpochContext {
   virtual ~TrainingEpochContext() = default;
   const EpochPlan& plan() const { return plan_; }
   virtual int64_t num_iterations() const { return plan_.num_batches; }
+  // The epoch's length in micro-batches as every rank counts it (validation
+  // points, the epoch's end): the longest rank's num_batches under Join.
+  virtual int64_t epoch_length() const { return plan_.num_batches; }
   // `sync_gradients` is false on accumulation micro-batches.
   virtual std::unique_ptr<BatchGuard> batch(int64_t /*iteration*/, bool /*sync_gradients*/) { return nullptr; }
   // After the iteration's optimization (backward, optimizer step), before the

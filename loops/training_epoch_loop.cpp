@@ -61,13 +61,30 @@ void TrainingEpochLoop::run(LoopContext& ctx, DataLoader& train, DataLoader* val
   ctx.state.num_training_batches = n;
   const bool validate_this_epoch =
       val != nullptr && (ctx.state.current_epoch + 1) % ctx.options.check_val_every_n_epoch() == 0;
-  const int64_t val_every = val_check_batch(ctx.options, n);
   OptimizationLoop& optimization = ctx.module.automatic_optimization() ? *automatic_ : *manual_;
   ResultCollection& results = ctx.use_results(Stage::kTrain, true);
 
-  auto epoch = ctx.strategy.training_epoch_context(ctx.module, EpochPlan{n, k, optimization.joined_step(ctx)});
+  // The end of every iteration of the epoch, on every rank at the same
+  // point: here after its micro-batch (real or padding), or on a rank that
+  // joined, after it shadowed the iteration (EpochPlan::joined_iteration_end).
+  // Validation points count iterations of the whole epoch (the longest rank's).
+  int64_t length = n;
+  int64_t val_every = 1;
+  int64_t last_iteration = -1;
+  int64_t last_step = ctx.state.global_step;
+  auto iteration_end = [&](int64_t it) {
+    last_iteration = it;
+    if (ctx.state.global_step != last_step) {
+      last_step = ctx.state.global_step;
+      ctx.hooks.call(&Callback::on_after_optimizer_step);
+    }
+    if (validate_this_epoch && (it + 1) % val_every == 0 && it + 1 < length) run_validation(ctx, *val);
+  };
+  auto epoch = ctx.strategy.training_epoch_context(
+      ctx.module, EpochPlan{n, k, optimization.joined_step(ctx), iteration_end});
+  length = epoch->epoch_length();
+  val_every = val_check_batch(ctx.options, length);
   const int64_t iterations = epoch->num_iterations();
-  bool validated_at_end = false;
   Batch first;
   for (int64_t it = 0; it < iterations; ++it) {
     const bool window_end = (it + 1) % k == 0 || it + 1 == iterations;
@@ -75,30 +92,28 @@ void TrainingEpochLoop::run(LoopContext& ctx, DataLoader& train, DataLoader* val
     if (it >= n) {
       optimization.run_padding(ctx, window_end);
       epoch->end_batch(it);
-      continue;
-    }
-    ctx.state.batch_idx = it;
-    Batch batch = train.get(it);
-    if (it == 0) {
-      first = batch;
     } else {
-      check_like_first(first, batch, ctx, it);
+      ctx.state.batch_idx = it;
+      Batch batch = train.get(it);
+      if (it == 0) {
+        first = batch;
+      } else {
+        check_like_first(first, batch, ctx, it);
+      }
+      batch = ctx.strategy.batch_to_device(std::move(batch));
+      results.set_current_batch_size(batch.data.size(0));
+      ctx.hooks.call(&Callback::on_train_batch_start, batch, it);
+      ctx.module.on_train_batch_start(batch, it);
+      torch::Tensor loss = optimization.run(ctx, batch, it, window_end);
+      epoch->end_batch(it);
+      guard.reset();
+      ctx.hooks.call(&Callback::on_train_batch_end, loss, batch, it);
+      ctx.module.on_train_batch_end(loss, batch, it);
+      const auto step_metrics = results.take_step_metrics(true);
+      if (window_end && ctx.state.global_step % ctx.options.log_every_n_steps() == 0) ctx.log_metrics(step_metrics);
     }
-    batch = ctx.strategy.batch_to_device(std::move(batch));
-    results.set_current_batch_size(batch.data.size(0));
-    ctx.hooks.call(&Callback::on_train_batch_start, batch, it);
-    ctx.module.on_train_batch_start(batch, it);
-    torch::Tensor loss = optimization.run(ctx, batch, it, window_end);
-    epoch->end_batch(it);
     guard.reset();
-    ctx.hooks.call(&Callback::on_train_batch_end, loss, batch, it);
-    ctx.module.on_train_batch_end(loss, batch, it);
-    const auto step_metrics = results.take_step_metrics(true);
-    if (window_end && ctx.state.global_step % ctx.options.log_every_n_steps() == 0) ctx.log_metrics(step_metrics);
-
-    const bool val_check = validate_this_epoch && (it + 1) % val_every == 0;
-    if (val_check && it + 1 < n) run_validation(ctx, *val);
-    if (val_check && it + 1 == n) validated_at_end = true;
+    iteration_end(it);
     // Under a strategy that pads, stopping early leaves this rank's
     // remaining iterations to the epoch context (Join shadows them).
     if (max_steps_reached(ctx) || ctx.state.should_stop) break;
@@ -113,7 +128,10 @@ void TrainingEpochLoop::run(LoopContext& ctx, DataLoader& train, DataLoader* val
       epoch->stop_requested(interrupt_signal() != 0)) {
     ctx.state.interrupted_by = interrupt_signal() != 0 ? interrupt_signal() : SIGTERM;
   }
-  if (validated_at_end && ctx.state.interrupted_by == 0) run_validation(ctx, *val);
+  // The epoch's last iteration, run here or shadowed, is a validation point:
+  // validate after every rank left the epoch context.
+  const bool validate_at_end = validate_this_epoch && last_iteration + 1 == length && length % val_every == 0;
+  if (validate_at_end && ctx.state.interrupted_by == 0) run_validation(ctx, *val);
 }
 
 }  // namespace lt

@@ -177,7 +177,8 @@ TEST_F(TrainerTest, HookOrderForOneFit) {
   const std::vector<std::string> batch = {"on_train_batch_start", "module.on_train_batch_start",
                                           "on_before_backward",   "on_after_backward",
                                           "on_before_optimizer_step", "on_before_zero_grad",
-                                          "on_train_batch_end",   "module.on_train_batch_end"};
+                                          "on_train_batch_end",   "module.on_train_batch_end",
+                                          "on_after_optimizer_step"};
   std::vector<std::string> expected = {"setup", "on_fit_start", "module.on_fit_start", "on_sanity_check_start"};
   expected.insert(expected.end(), validation.begin(), validation.end());
   expected.insert(expected.end(), {"on_sanity_check_end", "on_train_start", "on_train_epoch_start"});

@@ -30,6 +30,18 @@ TEST(WatchdogReport, AHungRankIsListedWithEveryRanksLine) {
             "uneven inputs are not the cause: Join handles them in this run");
 }
 
+TEST(WatchdogReport, AnUnshadowedCollectiveWhileRanksWaitInJoinPointsAtUnevenInputs) {
+  const std::string in_join = std::string("collective 0 20 19 20|in ") + lt::kJoinShadowingScope + " for 3.0 s";
+  const std::string r =
+      report({{0, "collective 0 20 20 21|in allreduce (strategy reduce) for 3.0 s"}, {1, in_join}}, 2, true);
+  EXPECT_NE(r.find("likely cause: uneven inputs: rank(s) 1 ran out of data and wait in Join, while rank(s) 0 are in a "
+                   "collective that no Join hook shadows"),
+            std::string::npos) << r;
+  EXPECT_EQ(r.find("not the cause"), std::string::npos) << r;
+  // Every rank in Join's own collectives: Join matched them; something else went wrong.
+  EXPECT_NE(report({{0, in_join}, {1, in_join}}, 2, true).find("uneven inputs are not the cause"), std::string::npos);
+}
+
 TEST(WatchdogReport, ARankThatDidNotCheckInIsNamed) {
   const std::string r = report({{0, kInAllreduce}}, 3, /*join=*/true);
   EXPECT_NE(r.find("  rank 1: did not check in within 2 s (the process died, or cannot reach the store)"),

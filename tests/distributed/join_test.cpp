@@ -24,6 +24,7 @@
 #include <lightning_cpp/plugins/strategies/ddp.h>
 #include <lightning_cpp/plugins/strategies/ddp/epoch_contexts.h>
 #include <lightning_cpp/plugins/strategies/ddp/join_compatibility.h>
+#include <lightning_cpp/trainer/checkpoint.h>
 #include <lightning_cpp/trainer/trainer.h>
 
 #include "support/multiprocess.h"
@@ -714,6 +715,111 @@ LT_TEST_WORKER(StepFeaturesOnUnevenRanks) {
   return 0;
 }
 
+namespace {
+
+// Validates on its own two batches; records where each validation ran.
+class ValidatingNet : public JoinNet {
+ public:
+  bool has_validation_step() const override { return true; }
+  void on_validation_epoch_start() override {
+    ++validations;
+    points.push_back({static_cast<double>(runtime().state->global_step), flat().sum().item<double>()});
+  }
+  void validation_step(const lt::Batch& batch, int64_t /*batch_idx*/) override {
+    log("val_loss", torch::mse_loss(forward(batch.data), batch.target), lt::LogOptions().sync_dist(true));
+    log("val_checks", static_cast<double>(validations), lt::LogOptions().sync_dist(true));
+  }
+  int64_t validations = 0;
+  std::vector<std::pair<double, double>> points;  // (global_step, parameter sum) at each validation
+};
+
+// Every rank's validation points, gathered: equal on every rank?
+bool same_on_every_rank(lt::Strategy& strategy, const std::vector<std::pair<double, double>>& points) {
+  torch::Tensor mine = torch::zeros({static_cast<int64_t>(points.size()), 2}, torch::kDouble);
+  for (size_t i = 0; i < points.size(); ++i) {
+    mine[i][0] = points[i].first;
+    mine[i][1] = points[i].second;
+  }
+  const torch::Tensor all = strategy.all_gather(mine);
+  return (all == all[0]).all().item<bool>();
+}
+
+}  // namespace
+
+// Mid-epoch validation, step-cadence checkpoints and EarlyStopping after a
+// mid-epoch validation, on 2 ranks with 3 and 8 batches: validation points
+// are iterations of the longest rank's epoch, and rank 0 (out of data after
+// 3) validates, saves and stops there with the others.
+LT_TEST_WORKER(MidEpochFeaturesOnUnevenRanks) {
+  const int rank = env_int("RANK");
+  const std::vector<int64_t> counts = {3, 8};
+  auto strategy = make_strategy();
+  const std::string dir = env_str("LT_CKPT_DIR");
+  auto fit = [&](lt::TrainerOptions options, const std::shared_ptr<ValidatingNet>& model) {
+    lt::Trainer trainer(std::move(options));
+    trainer.fit(model, rank_loader(rank, counts[rank]), rank_loader(rank, 2));
+    const torch::Tensor all = strategy->all_gather(model->flat());
+    LT_WORKER_CHECK((all[0] == all[1]).all().item<bool>(), "replicas differ");
+    LT_WORKER_CHECK(same_on_every_rank(*strategy, model->points), "the ranks validated at different points");
+    return trainer.global_step();
+  };
+  {
+    // A quarter of 8 batches: after iterations 2, 4, 6 and 8 (the epoch's end), twice; a checkpoint every 2
+    // steps (rank 0, out of data after 3 batches, writes them), and a top-2 one on the synced train_loss.
+    auto model = std::make_shared<ValidatingNet>();
+    auto every = std::make_shared<lt::ModelCheckpoint>(
+        lt::ModelCheckpointOptions().dirpath(dir).every_n_train_steps(2).save_top_k(-1).save_last(true));
+    auto top = std::make_shared<lt::ModelCheckpoint>(
+        lt::ModelCheckpointOptions().dirpath(dir + "/top").monitor("train_loss").every_n_train_steps(3).save_top_k(2));
+    const int64_t steps =
+        fit(base_options(strategy, 2).max_epochs(2).val_check_interval(0.25).callbacks({every, top}), model);
+    LT_WORKER_CHECK(steps == 16 && model->validations == 8, steps, " steps, ", model->validations, " validations");
+    LT_WORKER_CHECK(model->points[2].first == 6.0 && model->points[7].first == 16.0, "validated at steps ",
+                    model->points[2].first, " and ", model->points[7].first);
+    // The last save (step 16, by rank 0) holds the model every rank ends with.
+    auto saved = std::make_shared<JoinNet>();
+    lt::load_weights(*saved, dir + "/last.ckpt");
+    LT_WORKER_CHECK(saved->flat().equal(model->flat()), "last.ckpt differs from the final model");
+  }
+  {
+    // Every 3 batches with accumulate 2: after iteration 3 (mid-window: step 1) and 6 (step 3); 8 is not a
+    // multiple of 3, so not at the end. Rank 0 runs the first in its loop, the second joined.
+    auto model = std::make_shared<ValidatingNet>();
+    const int64_t steps = fit(base_options(strategy, 2).val_check_interval(3).accumulate_grad_batches(2), model);
+    LT_WORKER_CHECK(steps == 4 && model->validations == 2, steps, " steps, ", model->validations, " validations");
+    LT_WORKER_CHECK(model->points[0].first == 1.0 && model->points[1].first == 3.0, "validated at steps ",
+                    model->points[0].first, " and ", model->points[1].first);
+  }
+  {
+    // EarlyStopping stops at the third validation (val_checks 3 > 2.5), after iteration 6: rank 0 has joined.
+    auto model = std::make_shared<ValidatingNet>();
+    auto stopping = std::make_shared<lt::EarlyStopping>(
+        lt::EarlyStoppingOptions("val_checks").mode("max").stopping_threshold(2.5).verbose(false));
+    const int64_t steps =
+        fit(base_options(strategy, 2).max_epochs(3).val_check_interval(0.25).callbacks({stopping}), model);
+    LT_WORKER_CHECK(steps == 6 && model->validations == 3, steps, " steps, ", model->validations, " validations");
+  }
+  return 0;
+}
+
+TEST(JoinLockstep, MidEpochValidationCheckpointsAndEarlyStoppingOnUnevenRanks) {
+  const auto dir = std::filesystem::temp_directory_path() / ("lt_lockstep_mid_" + std::to_string(::getpid()));
+  auto r = run_workers("MidEpochFeaturesOnUnevenRanks", 2, join_options("", {{"LT_CKPT_DIR", dir.string()}}));
+  EXPECT_TRUE(r.ok()) << r.summary();
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) names.push_back(entry.path().filename());
+  std::sort(names.begin(), names.end());
+  const std::vector<std::string> expected = {
+      "epoch=0-step=2.ckpt", "epoch=0-step=4.ckpt",  "epoch=0-step=6.ckpt",  "epoch=0-step=8.ckpt",
+      "epoch=1-step=10.ckpt", "epoch=1-step=12.ckpt", "epoch=1-step=14.ckpt", "epoch=1-step=16.ckpt",
+      "last.ckpt",           "top"};
+  EXPECT_EQ(names, expected);
+  size_t top = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir / "top")) top += entry.path().extension() == ".ckpt";
+  EXPECT_EQ(top, 2u);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(JoinLockstep, TimerAndMaxStepsWorkOnUnevenRanks) {
   const auto dir = std::filesystem::temp_directory_path() / ("lt_lockstep_ckpt_" + std::to_string(::getpid()));
   auto r = run_workers("StepFeaturesOnUnevenRanks", 2, join_options("", {{"LT_CKPT_DIR", dir.string()}}));
@@ -850,7 +956,7 @@ TEST(JoinCompatibility, ListsEveryIncompatibleFeatureWithItsReasonAndFix) {
   const std::string message = report.refusal_message();
   for (const char* expected :
        {"5 features are incompatible", "1. callback StepCollectiveCallback: it allreduces a metric",
-        "Fix: move the reduction to on_train_epoch_end", "val_check_interval=0.5", "Fix: set val_check_interval: 1.0",
+        "Fix: move the reduction to on_train_epoch_end", "val_check_interval=0.5", "set val_check_interval: 1.0",
         "manual optimization", "manual_declared = true", "collectives in forward", "user collectives in steps",
         "join_throw_on_early_termination: true"}) {
     EXPECT_NE(message.find(expected), std::string::npos) << expected << "\n" << message;
@@ -888,11 +994,23 @@ TEST(JoinCompatibility, BuiltInCallbacksDeclareTheirAnswer) {
       {std::make_shared<lt::EarlyStopping>(lt::EarlyStoppingOptions("train_loss")),
        std::make_shared<lt::ModelCheckpoint>(), std::make_shared<lt::ModelCheckpoint>(
                                                     lt::ModelCheckpointOptions().every_n_train_steps(5))});
-  const auto report = lt::check_join_compatibility(features_of(options, module, false, false), lt::JoinSettings{});
+  // Lockstep (the default): a joined rank reaches every step's save, so nothing is refused.
+  const auto lockstep = lt::check_join_compatibility(features_of(options, module, false, false), lt::JoinSettings{});
+  EXPECT_TRUE(lockstep.ok()) << lockstep.refusal_message();
+  lt::JoinSettings pytorch_mode;
+  pytorch_mode.mode = lt::JoinMode::kPyTorch;
+  const auto report = lt::check_join_compatibility(features_of(options, module, false, false), pytorch_mode);
   const auto refused = report.with(lt::JoinCompatibility::kIncompatible);
   ASSERT_EQ(refused.size(), 1u) << report.refusal_message();
   EXPECT_NE(report.refusal_message().find("every_n_train_steps=5"), std::string::npos) << report.refusal_message();
   EXPECT_NE(report.refusal_message().find("every_n_epochs"), std::string::npos) << report.refusal_message();
+  // Manual optimization: a joined rank takes no step, lockstep or not.
+  module.set_automatic_optimization(false);
+  module.collectives().manual_declared = true;
+  const auto manual = lt::check_join_compatibility(features_of(options, module, false, false), lt::JoinSettings{});
+  ASSERT_EQ(manual.with(lt::JoinCompatibility::kIncompatible).size(), 1u) << manual.refusal_message();
+  EXPECT_NE(manual.refusal_message().find("lockstep needs automatic optimization"), std::string::npos)
+      << manual.refusal_message();
 }
 
 LT_TEST_WORKER(JoinRefusedBeforeTheFirstStep) {
@@ -907,7 +1025,9 @@ LT_TEST_WORKER(JoinRefusedBeforeTheFirstStep) {
     trainer.fit(model, rank_loader(rank, rank == 0 ? 3 : 5), rank_loader(rank, 1));
   } catch (const lt::JoinCompatibilityError& e) {
     const std::string what = e.what();
-    LT_WORKER_CHECK(what.find("3 features are incompatible") != std::string::npos);
+    // Mid-epoch validation (val_check_interval 0.25) works in lockstep Join: not among them.
+    LT_WORKER_CHECK(what.find("2 features are incompatible") != std::string::npos, what);
+    LT_WORKER_CHECK(what.find("val_check_interval") == std::string::npos, what);
     LT_WORKER_CHECK(model->training_steps == 0);
     // The same process group then trains a compatible set.
     auto ok_model = std::make_shared<ValNet>();

@@ -68,12 +68,12 @@ CollectiveWatchdog::Scope::Scope(CollectiveWatchdog* watchdog, const char* name)
   if (watchdog_ == nullptr) return;
   watchdog_->position();  // refreshes the position the thread reports
   watchdog_->since_ns_ = now_ns();
-  watchdog_->current_ = name;
+  outer_ = watchdog_->current_.exchange(name);
 }
 
 CollectiveWatchdog::Scope::~Scope() {
   if (watchdog_ == nullptr) return;
-  const char* name = watchdog_->current_.exchange(nullptr);
+  const char* name = watchdog_->current_.exchange(outer_);
   if (std::uncaught_exceptions() > exceptions_ && watchdog_->failed_in_.empty() && name != nullptr) {
     watchdog_->failed_in_ = name;
   }
@@ -223,7 +223,21 @@ std::string format_watchdog_report(const std::string& headline, const std::map<i
     if (s.present && s.kind != kFinished) epochs.insert(s.epoch);
   }
   const bool other_epoch = epochs.size() > 1;
-  if (join) {
+  // Under Join, ranks that ran out of data wait in its shadowing; a rank in
+  // another collective meanwhile issued one that no joinable shadows.
+  std::vector<int64_t> joined, unshadowed;
+  for (int64_t r = 0; r < world_size; ++r) {
+    const Status s = parse(statuses, r);
+    if (!s.present || (s.kind != kInCollective && s.kind != kFailedInCollective)) continue;
+    (s.text.find(kJoinShadowingScope) != std::string::npos ? joined : unshadowed).push_back(r);
+  }
+  if (join && !joined.empty() && !unshadowed.empty()) {
+    os << "\nlikely cause: uneven inputs: rank(s) " << list(joined) << " ran out of data and wait in Join, while "
+       << "rank(s) " << list(unshadowed) << " are in a collective that no Join hook shadows (issued by a callback or "
+       << "user code at a batch the joined ranks do not run); declare it in the callback's join_support so that the "
+       << "check refuses it before the first step, issue it at an epoch end or in on_after_optimizer_step (lockstep "
+       << "Join runs that on joined ranks), or use uneven_inputs: pad";
+  } else if (join) {
     os << "\nuneven inputs are not the cause: Join handles them in this run";
   } else if (!finished.empty() || other_epoch) {
     os << "\nlikely cause: uneven inputs without Join: the ranks ran different numbers of batches"

@@ -54,6 +54,9 @@ namespace lt {
 
 struct RunState;
 
+// The scope a rank that ran out of data waits in while the others train (Join).
+constexpr const char* kJoinShadowingScope = "Join (shadowing the ranks still training, final broadcast)";
+
 // Replaces a collective's own error (a gloo timeout, a closed connection)
 // with a report of every rank's part.
 class CollectiveError : public Error {
@@ -77,7 +80,9 @@ struct CollectiveWatchdogOptions {
 // kinds collective, own_code, failed, failed_in_collective, finished; a rank
 // missing from it did not check in within `report_wait`), the ranks that did
 // not arrive in the collective, and whether uneven inputs are the likely
-// cause (`join`: the run trains under Join). `rank` is the reporting rank.
+// cause (`join`: the run trains under Join; then they are when some ranks wait
+// in Join's shadowing while others are in a collective Join does not shadow).
+// `rank` is the reporting rank.
 std::string format_watchdog_report(const std::string& headline, const std::map<int64_t, std::string>& statuses,
                                    int64_t rank, int64_t world_size, bool join,
                                    std::chrono::milliseconds report_wait);
@@ -98,11 +103,15 @@ class CollectiveWatchdog {
   bool in_run() const { return run_ >= 0; }
 
   // Marks the collective `name` (a string literal) as running on this rank.
+  // Scopes nest: an inner one (a callback's collective while a joined rank
+  // shadows) replaces the outer one until it ends, and the outer one then
+  // counts as open since that moment.
   class Scope {
    public:
     Scope() = default;
     Scope(CollectiveWatchdog* watchdog, const char* name);
-    Scope(Scope&& other) noexcept : watchdog_(other.watchdog_), exceptions_(other.exceptions_) {
+    Scope(Scope&& other) noexcept
+        : watchdog_(other.watchdog_), outer_(other.outer_), exceptions_(other.exceptions_) {
       other.watchdog_ = nullptr;
     }
     Scope& operator=(Scope&&) = delete;
@@ -110,6 +119,7 @@ class CollectiveWatchdog {
 
    private:
     CollectiveWatchdog* watchdog_ = nullptr;
+    const char* outer_ = nullptr;
     int exceptions_ = 0;
   };
   Scope watch(const char* name) { return Scope(this, name); }

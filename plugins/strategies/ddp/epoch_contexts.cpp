@@ -60,6 +60,42 @@ class DDPJoinBatchGuard : public BatchGuard {
   std::optional<DistributedDataParallel::NoSyncGuard> no_sync_;
 };
 
+// Runs the loop's iteration end on a joined rank (EpochPlan::joined_iteration_end),
+// after DDP's and the logging joinable's main hooks: whatever the ranks still
+// training do after an iteration's micro-batch (step-end hooks, validation),
+// a joined rank does at the same point with them.
+class LoopJoinable : public Joinable {
+ public:
+  LoopJoinable(std::function<void(int64_t)> iteration_end, const int64_t& next_iteration,
+               DistributedDataParallel& ddp, CollectiveWatchdog* watchdog)
+      : iteration_end_(std::move(iteration_end)), next_iteration_(next_iteration), ddp_(ddp), watchdog_(watchdog) {}
+
+  std::unique_ptr<JoinHook> join_hook() override { return std::make_unique<Hook>(*this); }
+  torch::Device join_device() const override { return ddp_.device(); }
+  c10::intrusive_ptr<c10d::ProcessGroup> join_process_group() const override { return ddp_.process_group(); }
+
+ private:
+  class Hook : public JoinHook {
+   public:
+    explicit Hook(LoopJoinable& owner) : owner_(owner) {}
+    void main_hook() override {
+      if (!owner_.iteration_end_) return;
+      auto scope = watch(owner_.watchdog_, "a joined rank's iteration end (step hooks, validation)");
+      // The active ranks' micro-batch index this main hook shadows.
+      owner_.iteration_end_(owner_.next_iteration_ + owner_.shadowed_++);
+    }
+
+   private:
+    LoopJoinable& owner_;
+  };
+
+  std::function<void(int64_t)> iteration_end_;
+  const int64_t& next_iteration_;
+  DistributedDataParallel& ddp_;
+  CollectiveWatchdog* watchdog_;
+  int64_t shadowed_ = 0;
+};
+
 class DDPJoinEpochContext : public TrainingEpochContext {
  public:
   DDPJoinEpochContext(EpochPlan plan, DDPEpochParts parts, LightningModule& module, JoinSettings settings)
@@ -72,16 +108,23 @@ class DDPJoinEpochContext : public TrainingEpochContext {
     if (!settings_.enable) check_even_batches();
     ddp_.set_divide_by_initial_world_size(settings_.divide_by_initial_world_size);
     if (settings_.mode == JoinMode::kLockstep) ddp_.set_join_step(plan.joined_step);
+    if (settings_.enable && strategy_.world_size() > 1) {
+      auto scope = watch(watchdog_, "allgather of the ranks' batch counts (Join epoch start)");
+      length_ = strategy_.all_gather(torch::tensor({plan.num_batches}, torch::kLong)).max().item<int64_t>();
+    }
     std::vector<Joinable*> joinables{&ddp_};
     if (module_.runtime().results != nullptr) {
       logging_ = std::make_unique<LoggingJoinable>(*module_.runtime().results, ddp_.process_group(), ddp_.device());
       joinables.push_back(logging_.get());
     }
+    loop_ = std::make_unique<LoopJoinable>(plan.joined_iteration_end, next_iteration_, ddp_, watchdog_);
+    joinables.push_back(loop_.get());
     join_ = std::make_unique<Join>(joinables, settings_.enable, settings_.throw_on_early_termination);
   }
 
   ~DDPJoinEpochContext() override {
-    join_.reset();  // resets the joinables' configs before the logging joinable goes
+    join_.reset();  // resets the joinables' configs before the joinables go
+    loop_.reset();
     logging_.reset();
     ddp_.set_divide_by_initial_world_size(true);
     ddp_.set_join_step(nullptr);
@@ -91,7 +134,10 @@ class DDPJoinEpochContext : public TrainingEpochContext {
     return join_num_iterations(plan().num_batches, plan().accumulate_grad_batches, settings_.enable);
   }
 
+  int64_t epoch_length() const override { return length_; }
+
   std::unique_ptr<BatchGuard> batch(int64_t iteration, bool sync_gradients) override {
+    next_iteration_ = iteration + 1;
     auto guard = std::make_unique<DDPJoinBatchGuard>(ddp_, sync_gradients);
     if (logging_ && settings_.enable) logging_->open();
     if (iteration >= plan().num_batches) {
@@ -120,7 +166,7 @@ class DDPJoinEpochContext : public TrainingEpochContext {
   void finish() override {
     finished_ = true;
     {
-      auto scope = watch(watchdog_, "Join (shadowing the ranks still training, final broadcast)");
+      auto scope = watch(watchdog_, kJoinShadowingScope);
       join_->join();
     }
     if (!settings_.enable) return;
@@ -151,7 +197,10 @@ class DDPJoinEpochContext : public TrainingEpochContext {
   DistributedDataParallel& ddp_;
   JoinSettings settings_;
   std::unique_ptr<LoggingJoinable> logging_;
+  std::unique_ptr<LoopJoinable> loop_;
   std::unique_ptr<Join> join_;
+  int64_t length_ = plan().num_batches;  // the longest rank's num_batches
+  int64_t next_iteration_ = 0;           // the iteration this rank would run next; joined: shadows next
   bool finished_ = false;
 };
 

@@ -33,6 +33,9 @@
 //     off the number of ranks active at w's synced iteration (the ranks with
 //     data in w: the heartbeat of that iteration counts them).
 //
+// At the epoch's start (Join enabled, 2+ ranks): one allgather of the ranks'
+// batch counts; the longest is the epoch_length() validation points count in.
+//
 // Collectives of one iteration, in order, on the DDP process group:
 //   active rank (real or padding micro-batch):
 //     1. DDP pre_forward: Join heartbeat allreduce(ones) [+ with
@@ -42,11 +45,15 @@
 //     2. backward: on the window's last micro-batch, one allreduce per bucket
 //        (+ unused-parameter map with find_unused_parameters).
 //     3. end_batch: the sync_dist logging reduction (ddp/joinable_logging.h).
+//     4. the loop's iteration end: after a step, on_after_optimizer_step
+//        (ModelCheckpoint's barrier, the Timer's agreement); at a validation
+//        point, validation (sync_dist reductions, EarlyStopping's decision).
 //   joined rank (in finish(), Join::join per active iteration):
 //     allreduce(zeros) matching 1's heartbeat [throw mode: allreduce(ones), throw],
 //     DDP main hook (shadows 1's rest and 2; lockstep: then the optimizer
 //     step, whose hooks may issue their own matched collectives, as the active
-//     ranks' step does between 2 and 3), logging main hook (shadows 3).
+//     ranks' step does between 2 and 3), logging main hook (shadows 3), loop
+//     main hook (EpochPlan::joined_iteration_end: runs 4 with the others).
 //   after every rank joined: DDP post hook (final model broadcast from the
 //   highest last joiner; lockstep: the parameters are equal already, it
 //   aligns the buffers), then, in pytorch mode, one allreduce(MAX) of

@@ -24,12 +24,12 @@ JoinSupport judge_val_check_interval(const TrainerOptions& options) {
   const FractionOrCount& interval = options.val_check_interval();
   const bool mid_epoch = interval.is_count() || interval.fraction() < 1.0;
   if (!mid_epoch) return JoinSupport::compatible();
-  return JoinSupport::incompatible(
-      "mid-epoch validation runs at a batch index that ranks with fewer batches never reach, so the ranks' "
-      "validation collectives (sync_dist logging, DDP buffer broadcasts) would not match while some ranks are "
-      "joined",
-      c10::str("set val_check_interval: 1.0 (validate after every rank left Join at the end of the epoch; use "
-               "check_val_every_n_epoch for less often), ",
+  return JoinSupport::needs_lockstep(
+      "mid-epoch validation runs at iterations of the longest rank's epoch, which a rank that ran out of data "
+      "reaches only while joined; it validates there with the model the others hold, which it holds only if it "
+      "took every optimizer step with them",
+      c10::str("use join_mode: lockstep (the default) with automatic optimization, or set val_check_interval: 1.0 "
+               "(use check_val_every_n_epoch for less often), ",
                kPadFix));
 }
 
@@ -106,9 +106,14 @@ JoinCompatibilityReport check_join_compatibility(const FeatureSet& features, con
   const TrainerOptions& options = *features.options;
   const LightningModule& module = *features.module;
   JoinCompatibilityReport report;
+  // A joined rank takes the optimizer steps only in lockstep, and only those of automatic optimization.
   auto add = [&](std::string name, JoinSupport support) {
     if (support.compatibility == JoinCompatibility::kNeedsLockstep && settings.mode == JoinMode::kPyTorch) {
       support.compatibility = JoinCompatibility::kIncompatible;
+    } else if (support.compatibility == JoinCompatibility::kNeedsLockstep && !module.automatic_optimization()) {
+      support.compatibility = JoinCompatibility::kIncompatible;
+      support.reason += " (under manual optimization a joined rank takes no optimizer step: lockstep needs "
+                        "automatic optimization)";
     }
     report.features.push_back(JoinFeature{std::move(name), std::move(support)});
   };
