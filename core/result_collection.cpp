@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <torch/serialize.h>
+
 #include <lightning_cpp/core/check.h>
 
 namespace lt {
@@ -12,6 +14,18 @@ void ResultCollection::log(const std::string& name, const torch::Tensor& value, 
   if (options.sync_dist() && deferred_ != nullptr) {
     deferred_->defer(PendingSync{name, v.item<double>(), options, batch_size_});
     return;
+  }
+  if (options.sync_dist() && gather_) {
+    // Evaluation: an epoch value is reduced exactly in take_epoch_metrics();
+    // a per-step value is reduced now, as in training, if the ranks' steps match.
+    if (!options.on_step().value_or(false)) {
+      record(name, v.item<double>(), options, batch_size_);
+      return;
+    }
+    LT_CHECK(uneven_batches_.empty(), "log('", name, "', on_step=true, sync_dist=true) in ", stage_name(stage_),
+             ": the ranks run different numbers of batches (", uneven_batches_,
+             "), so a reduction per step could not be matched. Log it with on_step=false: the epoch value is "
+             "reduced exactly, weighted by every rank's samples");
   }
   if (options.sync_dist() && sync_) v = sync_(v, options.reduce_fx());
   record(name, v.item<double>(), options, batch_size_);
@@ -52,7 +66,43 @@ std::map<std::string, double> ResultCollection::take_step_metrics(bool for_logge
   return out;
 }
 
+void ResultCollection::merge_ranks() {
+  // This rank's deferred aggregates (sync_dist, epoch only: per-step values were reduced when logged).
+  c10::impl::GenericList mine(c10::AnyType::get());
+  for (const auto& [name, e] : entries_) {
+    if (!e.options.sync_dist() || e.on_step || !e.has_epoch_value) continue;
+    mine.push_back(c10::ivalue::Tuple::create({name, static_cast<int64_t>(e.options.reduce_fx()), e.weighted_sum,
+                                               e.weight, e.sum, e.extreme, e.options.prog_bar(), e.options.logger()}));
+  }
+  const std::vector<char> bytes = torch::pickle_save(mine);
+  std::map<std::string, Entry> merged;
+  for (const std::string& rank_bytes : gather_(std::string(bytes.begin(), bytes.end()))) {
+    const c10::IValue list = torch::pickle_load(std::vector<char>(rank_bytes.begin(), rank_bytes.end()));
+    for (const c10::IValue& item : list.toListRef()) {
+      const auto& f = item.toTupleRef().elements();
+      const auto op = static_cast<ReduceOp>(f[1].toInt());
+      const double extreme = f[5].toDouble();
+      auto [it, first] = merged.try_emplace(f[0].toStringRef());
+      Entry& m = it->second;
+      if (first) {
+        m.options = LogOptions().sync_dist(true).reduce_fx(op).prog_bar(f[6].toBool()).logger(f[7].toBool());
+        m.on_epoch = true;
+        m.has_epoch_value = true;
+        m.extreme = extreme;
+      }
+      LT_CHECK(m.options.reduce_fx() == op, "log('", it->first, "', sync_dist=true): the ranks reduce it differently");
+      m.weighted_sum += f[2].toDouble();
+      m.weight += f[3].toDouble();
+      m.sum += f[4].toDouble();
+      if (op == ReduceOp::kMin) m.extreme = std::min(m.extreme, extreme);
+      if (op == ReduceOp::kMax) m.extreme = std::max(m.extreme, extreme);
+    }
+  }
+  for (auto& [name, entry] : merged) entries_[name] = std::move(entry);
+}
+
 std::map<std::string, double> ResultCollection::take_epoch_metrics(bool for_logger) {
+  if (gather_) merge_ranks();
   std::map<std::string, double> out;
   for (auto& [name, entry] : entries_) {
     if (!entry.has_epoch_value) continue;

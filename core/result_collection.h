@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -35,6 +36,7 @@ struct LogOptions {
 class ResultCollection {
  public:
   using SyncFn = std::function<torch::Tensor(const torch::Tensor&, ReduceOp)>;
+  using GatherFn = std::function<std::vector<std::string>(const std::string&)>;
 
   // Where latest values go (RunState::callback_metrics / progress_bar_metrics).
   void bind(std::map<std::string, double>* callback_metrics, std::map<std::string, double>* progress_bar_metrics) {
@@ -42,6 +44,17 @@ class ResultCollection {
     progress_bar_metrics_ = progress_bar_metrics;
   }
   void set_sync(SyncFn sync) { sync_ = std::move(sync); }
+  // Exact epoch reduction (evaluation, where ranks may run different numbers
+  // of batches): while set, a sync_dist value is not reduced when logged;
+  // take_epoch_metrics() gathers every rank's epoch aggregates (Strategy::
+  // all_gather_bytes; every rank must call it) and merges them as one process
+  // would: mean = sum(value * batch_size) / sum(batch_size) over every rank's
+  // batches, sum, min, max. A rank with no batches gets every key too.
+  void set_epoch_gather(GatherFn gather) { gather_ = std::move(gather); }
+  // Under epoch gathering: "" when every rank runs as many batches, else the
+  // ranks' counts; then a per-step sync_dist value (on_step) is refused, as
+  // its reductions could not be matched.
+  void set_uneven_batches(std::string counts) { uneven_batches_ = std::move(counts); }
   void set_stage(Stage stage, bool in_step_hook) {
     stage_ = stage;
     in_step_hook_ = in_step_hook;
@@ -86,6 +99,8 @@ class ResultCollection {
     bool has_epoch_value = false;
   };
   SyncFn sync_;
+  GatherFn gather_;
+  std::string uneven_batches_;
   Stage stage_ = Stage::kNone;
   bool in_step_hook_ = false;
   int64_t batch_size_ = 1;
@@ -94,6 +109,8 @@ class ResultCollection {
   std::map<std::string, double>* progress_bar_metrics_ = nullptr;
   DeferredSync* deferred_ = nullptr;
   void publish(const std::string& name, const std::string& key, double value, bool prog_bar);
+  // set_epoch_gather: every rank's sync_dist epoch aggregates, merged into entries_.
+  void merge_ranks();
   void record(const std::string& name, double x, const LogOptions& options, int64_t batch_size);
 };
 

@@ -38,8 +38,20 @@ torch::Tensor Strategy::reduce(const torch::Tensor& tensor, ReduceOp /*op*/) { r
 
 torch::Tensor Strategy::all_gather(const torch::Tensor& tensor) { return tensor.unsqueeze(0); }
 
+std::vector<std::string> Strategy::all_gather_bytes(const std::string& bytes) { return {bytes}; }
+
 torch::Tensor Strategy::broadcast(const torch::Tensor& tensor, int64_t /*src*/) { return tensor; }
 
 bool Strategy::reduce_boolean_decision(bool decision, bool /*all*/) { return decision; }
+
+std::string uneven_counts(Strategy& strategy, int64_t local) {
+  const torch::Tensor counts = strategy.all_gather(torch::tensor({local}, torch::kLong)).flatten();
+  if ((counts == local).all().item<bool>()) return {};
+  std::string listing;
+  for (int64_t r = 0; r < counts.size(0); ++r) {
+    listing += c10::str(r == 0 ? "" : ", ", "rank ", r, ": ", counts[r].item<int64_t>());
+  }
+  return listing;
+}
 
 }  // namespace lt

@@ -130,11 +130,18 @@ class Strategy {
   virtual torch::Tensor reduce(const torch::Tensor& tensor, ReduceOp op = ReduceOp::kMean);
   // Stacks every rank's tensor along a new leading dimension.
   virtual torch::Tensor all_gather(const torch::Tensor& tensor);
+  // Every rank's bytes, by rank (sizes may differ): what all_gather cannot
+  // carry (names, tensors of different shapes; serialize with torch::pickle_save).
+  virtual std::vector<std::string> all_gather_bytes(const std::string& bytes);
   virtual torch::Tensor broadcast(const torch::Tensor& tensor, int64_t src = 0);
   virtual void barrier(const std::string& /*name*/ = {}) {}
   // all=true: true iff every rank decided true; all=false: true iff any did.
   virtual bool reduce_boolean_decision(bool decision, bool all = true);
 };
+
+// Gathers every rank's `local` count (a collective): "" when all are equal,
+// else the counts, "rank 0: 3, rank 1: 5".
+std::string uneven_counts(Strategy& strategy, int64_t local);
 
 // sum(p * 0) over the module's trainable parameters: a zero loss whose graph
 // reaches every parameter, so a DDP reducer sees every gradient ready and

@@ -34,13 +34,15 @@ int64_t DataLoader::size() const {
   return options_.drop_last() ? n / b : (n + b - 1) / b;
 }
 
-Batch DataLoader::get(int64_t batch_idx) const {
+std::vector<int64_t> DataLoader::batch_indices(int64_t batch_idx) const {
   LT_INTERNAL_ASSERT(batch_idx >= 0 && batch_idx < size(), "DataLoader: batch ", batch_idx, " out of range [0, ",
                      size(), ")");
   const int64_t b = options_.batch_size();
   const auto begin = indices_.begin() + batch_idx * b;
   const auto end = indices_.begin() + std::min<int64_t>((batch_idx + 1) * b, num_samples());
-  return dataset_->get_batch(std::vector<int64_t>(begin, end));
+  return std::vector<int64_t>(begin, end);
 }
+
+Batch DataLoader::get(int64_t batch_idx) const { return dataset_->get_batch(batch_indices(batch_idx)); }
 
 }  // namespace lt

@@ -31,6 +31,8 @@ class DataLoader {
   // Selects the epoch's index order; call before get().
   void set_epoch(int64_t epoch);
   Batch get(int64_t batch_idx) const;
+  // The dataset indices of batch `batch_idx` (Lightning's batch_indices).
+  std::vector<int64_t> batch_indices(int64_t batch_idx) const;
 
   const std::shared_ptr<Dataset>& dataset() const { return dataset_; }
   const DataLoaderOptions& options() const { return options_; }

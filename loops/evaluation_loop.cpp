@@ -25,6 +25,7 @@ std::map<std::string, double> EvaluationLoop::run(LoopContext& ctx, DataLoader& 
     ctx.module.on_validation_epoch_start();
   }
   const int64_t n = std::min(max_batches, loader.size());
+  if (ctx.strategy.world_size() > 1) results.set_uneven_batches(uneven_counts(ctx.strategy, n));
   for (int64_t i = 0; i < n; ++i) {
     Batch batch = loader.get(i);
     batch = ctx.strategy.batch_to_device(std::move(batch));

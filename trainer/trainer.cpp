@@ -70,6 +70,13 @@ std::unique_ptr<Trainer::Run> Trainer::begin(const std::shared_ptr<LightningModu
   for (Stage s : {Stage::kTrain, Stage::kValidate, Stage::kTest}) {
     results_[s].bind(&state_.callback_metrics, &state_.progress_bar_metrics);
     results_[s].set_sync([this](const torch::Tensor& t, ReduceOp op) { return strategy_->reduce(t, op); });
+    // Evaluation shards are not padded, so the ranks' batch counts may
+    // differ: sync_dist epoch values are merged exactly at the epoch's end.
+    ResultCollection::GatherFn gather;
+    if (s != Stage::kTrain && strategy_->world_size() > 1) {
+      gather = [this](const std::string& bytes) { return strategy_->all_gather_bytes(bytes); };
+    }
+    results_[s].set_epoch_gather(std::move(gather));
   }
   module->attach(LightningModule::Runtime{&state_, strategy_.get(), &results_[Stage::kTrain], &optim_});
   strategy_->setup(*module);

@@ -1,6 +1,7 @@
 #include <lightning_cpp/plugins/strategies/ddp.h>
 
 #include <csignal>
+#include <cstring>
 
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/lightning_module.h>
@@ -125,13 +126,9 @@ std::exception_ptr DDPStrategy::on_exception(const std::exception& e) {
 
 void DDPStrategy::process_dataloader(DataLoader& loader, Stage stage, const TrainerOptions& options) {
   if (!process_group_) return;
-  const FractionOrCount& limit = stage == Stage::kTrain      ? options.limit_train_batches()
-                                 : stage == Stage::kTest     ? options.limit_test_batches()
-                                 : stage == Stage::kValidate ? options.limit_val_batches()
-                                                             : options.limit_predict_batches();
-  const bool sharded = shard_dataloader(loader, stage, options_.uneven_inputs(), limit, rank_, world_size_);
+  const bool sharded = shard_dataloader(loader, stage, options_.uneven_inputs(), rank_, world_size_);
   if (sharded && stage == Stage::kTrain && options_.uneven_inputs() == UnevenInputs::kError) {
-    const std::string listing = uneven_counts(*this, limit.apply(loader.size()));
+    const std::string listing = uneven_counts(*this, options.limit_train_batches().apply(loader.size()));
     LT_CHECK_VALUE(listing.empty(),
                    "uneven_inputs: error: the ranks would run different numbers of training batches per epoch (",
                    listing, "); use uneven_inputs: pad (repeat samples so shards are even) or join, or make the ",
@@ -223,6 +220,22 @@ torch::Tensor DDPStrategy::all_gather(const torch::Tensor& tensor) {
   std::vector<torch::Tensor> in{t};
   process_group_->allgather(out, in)->wait();
   return torch::stack(out[0]).to(tensor.device());
+}
+
+std::vector<std::string> DDPStrategy::all_gather_bytes(const std::string& bytes) {
+  if (!process_group_) return Strategy::all_gather_bytes(bytes);
+  // The sizes, then every rank's bytes padded to the longest.
+  const torch::Tensor sizes = all_gather(torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kLong)).flatten();
+  const int64_t longest = std::max<int64_t>(1, sizes.max().item<int64_t>());  // gloo: no empty tensors
+  torch::Tensor mine = torch::zeros({longest}, torch::kUInt8);
+  std::memcpy(mine.data_ptr(), bytes.data(), bytes.size());
+  const torch::Tensor all = all_gather(mine).cpu().contiguous();
+  std::vector<std::string> out;
+  for (int64_t r = 0; r < world_size_; ++r) {
+    const auto* data = static_cast<const char*>(all[r].data_ptr());
+    out.emplace_back(data, static_cast<size_t>(sizes[r].item<int64_t>()));
+  }
+  return out;
 }
 
 torch::Tensor DDPStrategy::broadcast(const torch::Tensor& tensor, int64_t src) {

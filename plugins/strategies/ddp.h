@@ -123,6 +123,7 @@ class DDPStrategy : public Strategy {
   torch::Tensor reduce(const torch::Tensor& tensor, ReduceOp op = ReduceOp::kMean) override;
   // Every rank's tensor must have the same shape.
   torch::Tensor all_gather(const torch::Tensor& tensor) override;
+  std::vector<std::string> all_gather_bytes(const std::string& bytes) override;
   torch::Tensor broadcast(const torch::Tensor& tensor, int64_t src = 0) override;
   void barrier(const std::string& name = {}) override;
   bool reduce_boolean_decision(bool decision, bool all = true) override;

@@ -423,6 +423,85 @@ TEST(Ddp, SyncDistValidationAgreesOnEveryRank) {
   std::filesystem::remove_all(options.env["LT_OUT"]);
 }
 
+// Evaluation and prediction shard without padding, so ranks may run
+// different numbers of batches (or none); the results are still one
+// process's: every sample counted once, predictions in dataset order.
+class EvalNet : public TinyNet {
+ public:
+  EvalNet() : TinyNet(-1) {}
+  torch::Tensor per_sample(const lt::Batch& batch) {
+    return torch::mse_loss(forward(batch.data, true), batch.target, torch::Reduction::None).mean(1);
+  }
+  void validation_step(const lt::Batch& batch, int64_t /*batch_idx*/) override {
+    const torch::Tensor losses = per_sample(batch);
+    log("val_loss", losses.mean(), lt::LogOptions().sync_dist(true));
+    log("samples", static_cast<double>(batch.data.size(0)),
+        lt::LogOptions().sync_dist(true).reduce_fx(lt::ReduceOp::kSum));
+    log("worst", losses.max(), lt::LogOptions().sync_dist(true).reduce_fx(lt::ReduceOp::kMax));
+    if (log_per_step) log("step_loss", losses.mean(), lt::LogOptions().sync_dist(true).on_step(true));
+  }
+  torch::Tensor predict_step(const lt::Batch& batch, int64_t /*batch_idx*/) override {
+    return forward(batch.data, true);
+  }
+  bool log_per_step = false;
+};
+
+LT_TEST_WORKER(ExactUnevenEvaluation) {
+  const int64_t world = env_int("WORLD_SIZE"), rank = env_int("RANK");
+  auto strategy = std::make_shared<lt::DDPStrategy>(test_strategy_options());
+  lt::Trainer trainer(lt::TrainerOptions().devices(world).strategy(strategy).enable_progress_bar(false).default_root_dir(
+      env_str("LT_OUT")));
+  auto loader_of = [](const Data& data) {
+    return std::make_shared<lt::DataLoader>(std::make_shared<lt::TensorDataset>(data.x, data.y),
+                                            lt::DataLoaderOptions(3));
+  };
+  for (const int64_t n : {10, 2}) {
+    // 10 samples on 3 ranks: 4, 3, 3 -> 2, 1, 1 batches of 3; 2 samples: rank 2 has none.
+    const Data data = make_data(n);
+    torch::manual_seed(0);
+    auto net = std::make_shared<EvalNet>();
+    const torch::Tensor expected = net->per_sample(lt::Batch{data.x, data.y}).detach();
+    const auto metrics = trainer.validate(net, loader_of(data));
+    LT_WORKER_CHECK(metrics.count("val_loss") == 1, "n=", n, ": rank ", rank, " has no val_loss");
+    LT_WORKER_CHECK(std::abs(metrics.at("val_loss") - expected.mean().item<double>()) < 1e-6, "n=", n, ": val_loss ",
+                    metrics.at("val_loss"), ", one process: ", expected.mean().item<double>());
+    LT_WORKER_CHECK(metrics.at("samples") == static_cast<double>(n), "n=", n, ": ", metrics.at("samples"),
+                    " samples counted");
+    LT_WORKER_CHECK(std::abs(metrics.at("worst") - expected.max().item<double>()) < 1e-6, "n=", n, ": worst ",
+                    metrics.at("worst"));
+
+    const auto predictions = trainer.predict(net, loader_of(data));
+    const auto reference = net->forward(data.x, true).detach().split(3);
+    LT_WORKER_CHECK(predictions.size() == reference.size(), "n=", n, ": ", predictions.size(), " prediction batches");
+    for (size_t i = 0; i < reference.size(); ++i) {
+      LT_WORKER_CHECK(predictions[i].sizes() == reference[i].sizes() && predictions[i].allclose(reference[i], 1e-5),
+                      "n=", n, ": prediction batch ", i, " differs from one process's");
+    }
+  }
+  // A per-step reduction cannot be matched when the ranks' batch counts differ: refused, naming them.
+  auto net = std::make_shared<EvalNet>();
+  net->log_per_step = true;
+  try {
+    trainer.validate(net, loader_of(make_data(10)));
+  } catch (const lt::Error& e) {
+    const std::string what = e.what();
+    LT_WORKER_CHECK(what.find("log('step_loss', on_step=true, sync_dist=true) in validate: the ranks run different "
+                              "numbers of batches (rank 0: 2, rank 1: 1, rank 2: 1)") != std::string::npos,
+                    what);
+    return 0;
+  }
+  LT_WORKER_CHECK(false, "a per-step sync_dist value on uneven batches was not refused");
+  return 1;
+}
+
+TEST(Ddp, UnevenEvaluationAndPredictionEqualOneProcess) {
+  lt::testing::WorkerOptions options;
+  options.env = {{"LT_OUT", out_dir("exact_eval")}};
+  auto r = run_workers("ExactUnevenEvaluation", 3, options);
+  EXPECT_TRUE(r.ok()) << r.summary();
+  std::filesystem::remove_all(options.env["LT_OUT"]);
+}
+
 // uneven_inputs: error refuses before training when batch counts differ.
 LT_TEST_WORKER(UnevenError) {
   const int64_t world = env_int("WORLD_SIZE");
