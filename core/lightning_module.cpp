@@ -1,6 +1,7 @@
 #include <lightning_cpp/core/lightning_module.h>
 
 #include <lightning_cpp/core/check.h>
+#include <lightning_cpp/core/collective_layer.h>
 #include <lightning_cpp/core/run_state.h>
 #include <lightning_cpp/core/strategy.h>
 
@@ -47,6 +48,15 @@ void LightningModule::optimizer_step() {
   LT_CHECK(runtime_.strategy != nullptr && runtime_.state != nullptr, "optimizer_step called outside a Trainer run");
   runtime_.strategy->optimizer_step(optimizer());
   ++runtime_.state->global_step;
+}
+
+std::vector<CollectiveLayer*> collective_layers(torch::nn::Module& module) {
+  std::vector<CollectiveLayer*> out;
+  if (auto* self = dynamic_cast<CollectiveLayer*>(&module)) out.push_back(self);
+  for (const auto& child : module.modules(/*include_self=*/false)) {
+    if (auto* layer = dynamic_cast<CollectiveLayer*>(child.get())) out.push_back(layer);
+  }
+  return out;
 }
 
 }  // namespace lt

@@ -41,7 +41,8 @@ struct OptimizerConfig {
 // What the module tells the DDP strategy about collectives it issues itself,
 // so uneven inputs under Join can be checked before the first step.
 struct ModuleCollectives {
-  // Collectives in forward (SyncBatchNorm, model-parallel layers...).
+  // Collectives in forward that no CollectiveLayer (core/collective_layer.h)
+  // shadows (model-parallel layers...): under Join only with throw mode.
   bool in_forward = false;
   // Collectives issued directly in training_step/validation_step.
   bool in_steps = false;

@@ -23,11 +23,32 @@ struct RunState {
   // True from the end of the epoch loop until current_epoch is advanced: a
   // checkpoint written then resumes at the next epoch.
   bool epoch_ended = false;
+  // Set by the training loop while it runs hooks a rank that ran out of data
+  // (Join) does not run: the hooks' names. A strategy whose ranks may have
+  // joined refuses a collective issued then (it could not be matched).
+  const char* unmatched_hooks = nullptr;
   // Latest value of each logged metric (step or epoch), what monitors read.
   std::map<std::string, double> callback_metrics;
   // What went to the logger at the last log call.
   std::map<std::string, double> logged_metrics;
   std::map<std::string, double> progress_bar_metrics;
+};
+
+// Sets RunState::unmatched_hooks for a scope (`hooks` may be null: clears
+// it, e.g. for an optimizer step every rank takes); restores it on leaving,
+// by an exception too.
+class UnmatchedHooks {
+ public:
+  UnmatchedHooks(RunState& state, const char* hooks) : state_(state), previous_(state.unmatched_hooks) {
+    state_.unmatched_hooks = hooks;
+  }
+  ~UnmatchedHooks() { state_.unmatched_hooks = previous_; }
+  UnmatchedHooks(const UnmatchedHooks&) = delete;
+  UnmatchedHooks& operator=(const UnmatchedHooks&) = delete;
+
+ private:
+  RunState& state_;
+  const char* previous_;
 };
 
 }  // namespace lt

@@ -102,13 +102,22 @@ void TrainingEpochLoop::run(LoopContext& ctx, DataLoader& train, DataLoader* val
       }
       batch = ctx.strategy.batch_to_device(std::move(batch));
       results.set_current_batch_size(batch.data.size(0));
-      ctx.hooks.call(&Callback::on_train_batch_start, batch, it);
-      ctx.module.on_train_batch_start(batch, it);
-      torch::Tensor loss = optimization.run(ctx, batch, it, window_end);
+      // A rank that ran out of data (Join) runs the optimizer step with the
+      // others (lockstep), but none of these hooks.
+      torch::Tensor loss;
+      {
+        UnmatchedHooks unmatched(ctx.state, "on_train_batch_start, training_step or the backward hooks");
+        ctx.hooks.call(&Callback::on_train_batch_start, batch, it);
+        ctx.module.on_train_batch_start(batch, it);
+        loss = optimization.run(ctx, batch, it, window_end);
+      }
       epoch->end_batch(it);
       guard.reset();
-      ctx.hooks.call(&Callback::on_train_batch_end, loss, batch, it);
-      ctx.module.on_train_batch_end(loss, batch, it);
+      {
+        UnmatchedHooks unmatched(ctx.state, "on_train_batch_end");
+        ctx.hooks.call(&Callback::on_train_batch_end, loss, batch, it);
+        ctx.module.on_train_batch_end(loss, batch, it);
+      }
       const auto step_metrics = results.take_step_metrics(true);
       if (window_end && ctx.state.global_step % ctx.options.log_every_n_steps() == 0) ctx.log_metrics(step_metrics);
     }

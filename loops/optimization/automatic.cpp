@@ -78,6 +78,8 @@ std::optional<std::string> first_nonfinite_gradient(const torch::nn::Module& mod
 }
 
 void AutomaticOptimization::optimizer_step(LoopContext& ctx) {
+  // A joined rank takes this step too (lockstep Join): its hooks' collectives are matched.
+  UnmatchedHooks matched(ctx.state, nullptr);
   auto& optimizer = *ctx.optim->optimizer;
   if (ctx.options.on_nonfinite() != NonFinitePolicy::kIgnore) {
     if (auto name = first_nonfinite_gradient(ctx.module)) {

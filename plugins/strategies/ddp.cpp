@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include <lightning_cpp/core/check.h>
+#include <lightning_cpp/core/collective_layer.h>
 #include <lightning_cpp/core/lightning_module.h>
 #include <lightning_cpp/core/rank_zero.h>
 #include <lightning_cpp/core/run_state.h>
@@ -66,14 +67,14 @@ void DDPStrategy::setup_environment(const TrainerOptions& options) {
   }
   const std::chrono::milliseconds timeout = options_.process_group_timeout();
   DistributedConnection connection = init_process_group(*environment_, backend, timeout);
-  store_ = connection.store;
+  connection_ = connection;
   process_group_ = connection.process_group;
   if (world_size_ > 1) {
     // A peer that died makes gloo's next send hit a closed socket: let that
     // be an EPIPE error the watchdog reports, not a SIGPIPE that kills this
     // rank silently (Python, and so PyTorch's DDP, ignores SIGPIPE too).
     std::signal(SIGPIPE, SIG_IGN);
-    watchdog_ = std::make_unique<CollectiveWatchdog>(store_, rank_, world_size_,
+    watchdog_ = std::make_unique<CollectiveWatchdog>(connection_.store, rank_, world_size_,
                                                      CollectiveWatchdogOptions().timeout(timeout));
   }
   rank_zero_info("lightning-cpp: strategy ddp: ", backend, " process group of ", world_size_, " rank",
@@ -83,6 +84,8 @@ void DDPStrategy::setup_environment(const TrainerOptions& options) {
 
 void DDPStrategy::setup(LightningModule& module) {
   LT_INTERNAL_ASSERT(process_group_, "strategy ddp: setup() before setup_environment()");
+  run_state_ = module.runtime().state;
+  uneven_join_ = false;
   if (watchdog_) {
     watchdog_->begin_run(module.runtime().state,
                          options_.uneven_inputs() == UnevenInputs::kJoin && options_.join_enable());
@@ -101,6 +104,12 @@ void DDPStrategy::setup(LightningModule& module) {
     // Not owned by a shared_ptr: the Trainer keeps it alive for the run.
     holder = std::shared_ptr<torch::nn::Module>(std::shared_ptr<torch::nn::Module>(), &module);
   }
+  const std::vector<CollectiveLayer*> layers = collective_layers(module);
+  if (!layers.empty() && world_size_ > 1 && !layer_sync_group_) {
+    auto scope = watch("rendezvous of the collective layers' process group");
+    layer_sync_group_ = new_process_group(connection_, *environment_, "layer_sync");
+  }
+  for (size_t i = 0; i < layers.size(); ++i) layers[i]->set_process_group(layer_sync_group_, static_cast<int64_t>(i));
   auto scope = watch("broadcast of the initial parameters (DDP setup)");
   ddp_ = std::make_unique<DistributedDataParallel>(holder, process_group_,
                                                    DistributedDataParallelOptions()
@@ -108,10 +117,18 @@ void DDPStrategy::setup(LightningModule& module) {
                                                        .find_unused_parameters(options_.find_unused_parameters())
                                                        .gradient_as_bucket_view(options_.gradient_as_bucket_view())
                                                        .broadcast_buffers(options_.broadcast_buffers()));
+  if (!layers.empty()) {
+    ddp_->set_forward_shadow([layers] {
+      for (CollectiveLayer* layer : layers) layer->shadow_forward();
+      for (auto it = layers.rbegin(); it != layers.rend(); ++it) (*it)->shadow_backward();
+    });
+  }
 }
 
 void DDPStrategy::teardown() {
   ddp_.reset();
+  run_state_ = nullptr;
+  uneven_join_ = false;
   if (watchdog_) watchdog_->end_run();
 }
 
@@ -168,6 +185,17 @@ void DDPStrategy::check_features(const FeatureSet& features) {
   // nothing needs refusing (a collective: every rank checks the same counts).
   if (uneven_counts(*this, features.train_batches).empty()) return;
   enforce_join_compatibility(features, options_.join_settings(), rank_);
+  uneven_join_ = options_.join_enable();
+}
+
+void DDPStrategy::check_matched(const char* collective) const {
+  if (!uneven_join_ || run_state_ == nullptr || run_state_->unmatched_hooks == nullptr) return;
+  throw Error(c10::str("strategy ddp: ", collective, " issued in ", run_state_->unmatched_hooks, " (rank ", rank_,
+                       ", epoch ", run_state_->current_epoch, ", batch ", run_state_->batch_idx,
+                       "): the ranks have uneven inputs under Join, and a rank that ran out of data does not run these "
+                       "hooks, so it could not match the collective. Issue it in on_after_optimizer_step, an "
+                       "optimizer-step hook or at an epoch's end; declare the callback's join_support so that the run "
+                       "is refused before the first step; or use uneven_inputs: pad"));
 }
 
 std::unique_ptr<TrainingEpochContext> DDPStrategy::training_epoch_context(LightningModule& module,
@@ -184,6 +212,7 @@ std::unique_ptr<TrainingEpochContext> DDPStrategy::training_epoch_context(Lightn
 
 torch::Tensor DDPStrategy::reduce(const torch::Tensor& tensor, ReduceOp op) {
   if (!process_group_) return tensor;
+  check_matched("reduce");
   torch::Tensor t = tensor.detach().to(device_).clone().contiguous();
   if (op == ReduceOp::kMean && !t.is_floating_point()) t = t.to(torch::kDouble);
   c10d::AllreduceOptions opts;
@@ -198,6 +227,7 @@ torch::Tensor DDPStrategy::reduce(const torch::Tensor& tensor, ReduceOp op) {
 
 torch::Tensor DDPStrategy::all_gather(const torch::Tensor& tensor) {
   if (!process_group_) return Strategy::all_gather(tensor);
+  check_matched("all_gather");
   torch::Tensor t = tensor.detach().to(device_).contiguous();
   // Shapes first: a mismatch is an error on every rank instead of a hang.
   constexpr int64_t kMaxDims = 8;
@@ -240,6 +270,7 @@ std::vector<std::string> DDPStrategy::all_gather_bytes(const std::string& bytes)
 
 torch::Tensor DDPStrategy::broadcast(const torch::Tensor& tensor, int64_t src) {
   if (!process_group_) return tensor;
+  check_matched("broadcast");
   LT_CHECK(src >= 0 && src < world_size_, "strategy ddp: broadcast from rank ", src, " but the world size is ",
            world_size_);
   torch::Tensor t = tensor.detach().to(device_).clone().contiguous();
@@ -253,6 +284,7 @@ torch::Tensor DDPStrategy::broadcast(const torch::Tensor& tensor, int64_t src) {
 
 void DDPStrategy::barrier(const std::string& /*name*/) {
   if (!process_group_) return;
+  check_matched("barrier");
   auto scope = watch("barrier");
   process_group_->barrier()->wait();
 }

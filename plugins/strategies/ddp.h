@@ -38,10 +38,13 @@
 #include <lightning_cpp/plugins/environments/cluster_environment.h>
 #include <lightning_cpp/plugins/strategies/ddp/collective_watchdog.h>
 #include <lightning_cpp/plugins/strategies/ddp/distributed_data_parallel.h>
+#include <lightning_cpp/plugins/strategies/ddp/process_group.h>
 #include <lightning_cpp/plugins/strategies/ddp/join_compatibility.h>
 #include <lightning_cpp/plugins/strategies/ddp/sharding.h>
 
 namespace lt {
+
+struct RunState;
 
 struct DDPStrategyOptions {
   // "gloo", "nccl", or "" for the accelerator's default (cpu: gloo, cuda: nccl).
@@ -144,14 +147,22 @@ class DDPStrategy : public Strategy {
   CollectiveWatchdog::Scope watch(const char* collective) {
     return CollectiveWatchdog::Scope(watchdog_.get(), collective);
   }
+  // Throws, before issuing it, a collective that ranks which ran out of data
+  // could not match: uneven inputs under Join, in hooks they do not run
+  // (RunState::unmatched_hooks).
+  void check_matched(const char* collective) const;
 
   DDPStrategyOptions options_;
   std::unique_ptr<ClusterEnvironment> environment_;
-  c10::intrusive_ptr<c10d::Store> store_;
+  DistributedConnection connection_;  // the store, the DDP process group
   c10::intrusive_ptr<c10d::ProcessGroup> process_group_;
+  // The collective layers' group (core/collective_layer.h), made when a module first has one.
+  c10::intrusive_ptr<c10d::ProcessGroup> layer_sync_group_;
   std::unique_ptr<DistributedDataParallel> ddp_;
   std::unique_ptr<CollectiveWatchdog> watchdog_;  // world size > 1
   torch::Device device_{torch::kCPU};
+  const RunState* run_state_ = nullptr;  // the current run's (setup)
+  bool uneven_join_ = false;             // this fit trains uneven inputs under Join (check_features)
   int64_t rank_ = 0;
   int64_t local_rank_ = 0;
   int64_t node_rank_ = 0;

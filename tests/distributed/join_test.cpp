@@ -21,6 +21,7 @@
 #include <lightning_cpp/callbacks/timer.h>
 #include <lightning_cpp/core/rank_zero.h>
 #include <lightning_cpp/plugins/join/join.h>
+#include <lightning_cpp/plugins/layer_sync/sync_batch_norm.h>
 #include <lightning_cpp/plugins/strategies/ddp.h>
 #include <lightning_cpp/plugins/strategies/ddp/epoch_contexts.h>
 #include <lightning_cpp/plugins/strategies/ddp/join_compatibility.h>
@@ -820,6 +821,39 @@ TEST(JoinLockstep, MidEpochValidationCheckpointsAndEarlyStoppingOnUnevenRanks) {
   std::filesystem::remove_all(dir);
 }
 
+// A callback's collective in a hook a joined rank does not run (here
+// on_train_batch_end) is refused on every rank at the first batch, with the
+// way out, before it is issued: no gloo abort, no hang.
+class BatchEndReduce : public lt::Callback {
+ public:
+  std::string name() const override { return "BatchEndReduce"; }
+  void on_train_batch_end(lt::Trainer& trainer, lt::LightningModule&, const torch::Tensor& loss, const lt::Batch&,
+                          int64_t) override {
+    trainer.strategy().reduce(loss);
+  }
+};
+
+LT_TEST_WORKER(UnmatchedCollectiveRefused) {
+  const int rank = env_int("RANK");
+  lt::Trainer trainer(base_options(make_strategy(), 2).callbacks({std::make_shared<BatchEndReduce>()}));
+  try {
+    trainer.fit(std::make_shared<JoinNet>(), rank_loader(rank, rank == 0 ? 2 : 3));
+  } catch (const lt::Error& e) {
+    const std::string what = e.what();
+    LT_WORKER_CHECK(what.find("strategy ddp: reduce issued in on_train_batch_end (rank " + std::to_string(rank) +
+                              ", epoch 0, batch 0)") != std::string::npos,
+                    what);
+    LT_WORKER_CHECK(what.find("on_after_optimizer_step") != std::string::npos, what);
+    return 0;
+  }
+  LT_WORKER_CHECK(false, "the unmatched collective was not refused");
+  return 1;
+}
+
+TEST(JoinLockstep, ACollectiveInAHookJoinedRanksDoNotRunIsRefused) {
+  expect_workers_pass("UnmatchedCollectiveRefused", 2, std::chrono::seconds(60));
+}
+
 TEST(JoinLockstep, TimerAndMaxStepsWorkOnUnevenRanks) {
   const auto dir = std::filesystem::temp_directory_path() / ("lt_lockstep_ckpt_" + std::to_string(::getpid()));
   auto r = run_workers("StepFeaturesOnUnevenRanks", 2, join_options("", {{"LT_CKPT_DIR", dir.string()}}));
@@ -831,6 +865,92 @@ TEST(JoinLockstep, TimerAndMaxStepsWorkOnUnevenRanks) {
 TEST(JoinLockstep, ReplicasAreIdenticalAfterEveryOptimizerStep) {
   auto r = run_workers("ReplicaIdentity", 3, join_options(""));
   EXPECT_TRUE(r.ok()) << r.summary();
+}
+
+// -- SyncBatchNorm under Join ----------------------------------------------------------------------
+
+namespace {
+
+// join_oracle.py's model with a synced batch norm: Linear -> SyncBatchNorm -> tanh -> Linear.
+class SyncNet : public lt::LightningModule {
+ public:
+  SyncNet() {
+    l1 = register_module("l1", torch::nn::Linear(kIn, kHidden));
+    bn = register_module("bn", lt::SyncBatchNorm(kHidden));
+    l2 = register_module("l2", torch::nn::Linear(kHidden, 1));
+    to(torch::kDouble);
+    torch::NoGradGuard no_grad;
+    int64_t j = 0;
+    for (auto& p : parameters()) {
+      auto i = torch::arange(p.numel(), torch::kDouble);
+      p.copy_((0.3 * torch::sin(1.0 + 0.7 * i + 1.3 * static_cast<double>(j++))).reshape(p.sizes()));
+    }
+  }
+  torch::Tensor training_step(const lt::Batch& batch, int64_t /*batch_idx*/) override {
+    return torch::mse_loss(l2(torch::tanh(bn(l1(batch.data)))), batch.target);
+  }
+  lt::OptimizerConfig configure_optimizers() override {
+    return std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(kLr));
+  }
+  torch::Tensor flat() const {
+    std::vector<torch::Tensor> out;
+    for (const auto& p : parameters()) out.push_back(p.detach().reshape(-1));
+    out.push_back(bn->running_mean);
+    out.push_back(bn->running_var);
+    return torch::cat(out);
+  }
+  torch::nn::Linear l1{nullptr}, l2{nullptr};
+  lt::SyncBatchNorm bn{nullptr};
+};
+
+struct SyncBatchNormConfig {
+  int ws = 0;
+  std::vector<int64_t> counts;
+  int64_t k = 1;
+  int64_t epochs = 1;
+  std::vector<double> params;
+};
+
+}  // namespace
+
+// tests/fixtures/sync_batch_norm.txt (tests/python/sync_batch_norm_oracle.py):
+// one process's batch norm over the union of the ranks' batches per iteration.
+LT_TEST_WORKER(SyncBatchNormUnderJoin) {
+  const int rank = env_int("RANK");
+  const int ws = env_int("WORLD_SIZE");
+  auto configs = read_fixture<SyncBatchNormConfig>("sync_batch_norm.txt", [](std::istream& ss, SyncBatchNormConfig& c) {
+    std::string counts;
+    ss >> c.ws >> counts >> c.k >> c.epochs;
+    c.counts = parse_counts(counts);
+  });
+  auto strategy = make_strategy();
+  int ran = 0;
+  for (const auto& c : configs) {
+    if (c.ws != ws) continue;
+    auto model = std::make_shared<SyncNet>();
+    lt::Trainer trainer(base_options(strategy, ws).max_epochs(c.epochs).accumulate_grad_batches(c.k));
+    trainer.fit(model, rank_loader(rank, c.counts[rank]));
+    const torch::Tensor expected = torch::tensor(c.params, torch::kDouble);
+    const torch::Tensor got = model->flat();
+    LT_WORKER_CHECK(got.sizes() == expected.sizes(), "config ", ran, ": ", got.numel(), " values, fixture ",
+                    expected.numel());
+    const double diff = (got - expected).abs().max().item<double>();
+    LT_WORKER_CHECK(diff < 1e-9, "counts ", c.counts[0], ",", c.counts[1], " k=", c.k, ": max |difference| ", diff,
+                    " from one process's batch norm on the union");
+    const torch::Tensor all = strategy->all_gather(got);
+    LT_WORKER_CHECK((all == all[0]).all().item<bool>(), "config ", ran, ": replicas differ");
+    ++ran;
+  }
+  LT_WORKER_CHECK(ran > 0, "no configuration for ", ws, " ranks in the fixture");
+  return 0;
+}
+
+TEST(JoinSyncBatchNorm, EqualsOneBatchNormOnTheUnionOnTwoRanks) {
+  expect_workers_pass("SyncBatchNormUnderJoin", 2, std::chrono::seconds(90));
+}
+
+TEST(JoinSyncBatchNorm, EqualsOneBatchNormOnTheUnionOnThreeRanks) {
+  expect_workers_pass("SyncBatchNormUnderJoin", 3, std::chrono::seconds(90));
 }
 
 TEST(JoinMatrix, TwoRanks) { expect_workers_pass("JoinMatrix", 2, std::chrono::seconds(120)); }
@@ -1011,6 +1131,23 @@ TEST(JoinCompatibility, BuiltInCallbacksDeclareTheirAnswer) {
   ASSERT_EQ(manual.with(lt::JoinCompatibility::kIncompatible).size(), 1u) << manual.refusal_message();
   EXPECT_NE(manual.refusal_message().find("lockstep needs automatic optimization"), std::string::npos)
       << manual.refusal_message();
+}
+
+TEST(JoinCompatibility, CollectiveLayersAreShadowedNotRefused) {
+  SyncNet module;
+  const auto options = lt::TrainerOptions();
+  const auto report = lt::check_join_compatibility(features_of(options, module, false, false), lt::JoinSettings{});
+  EXPECT_TRUE(report.ok()) << report.refusal_message();
+  bool listed = false;
+  for (const auto* f : report.with(lt::JoinCompatibility::kNeedsShadowing)) {
+    listed = listed || f->name == "collective layers (1, e.g. lt::SyncBatchNorm)";
+  }
+  EXPECT_TRUE(listed);
+  // Collectives in forward that no layer shadows are still refused, with the way out.
+  module.collectives().in_forward = true;
+  const auto refused = lt::check_join_compatibility(features_of(options, module, false, false), lt::JoinSettings{});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.refusal_message().find("lt::CollectiveLayer"), std::string::npos) << refused.refusal_message();
 }
 
 LT_TEST_WORKER(JoinRefusedBeforeTheFirstStep) {

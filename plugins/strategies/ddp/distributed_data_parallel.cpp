@@ -29,6 +29,8 @@ class DDPJoinHook : public JoinHook {
     torch::Tensor flag;
     auto work = ddp_.check_global_requires_backward_grad_sync(/*is_joined_rank=*/true, &flag);
     work->wait();
+    // Where the others run the module's forward and backward (on a group of their own).
+    ddp_.shadow_forward();
     const bool should_sync_backwards = flag.item<double>() != 0.0;
     // Forward parameter sync is off in the next iteration if this one skips
     // gradient sync.

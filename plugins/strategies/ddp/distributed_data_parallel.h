@@ -177,6 +177,14 @@ class DistributedDataParallel : public Joinable {
   // this step (the training loop's optimizer step). Unset: PyTorch's Join.
   void set_join_step(std::function<void()> step) { join_step_ = std::move(step); }
   const std::function<void()>& join_step() const { return join_step_; }
+  // The module's collective layers (core/collective_layer.h) shadowed, for a
+  // rank with no micro-batch in an iteration: a joined rank's main_hook calls
+  // it after the grad-sync flag (every iteration, synced or not), a padding
+  // micro-batch after pre_forward(). Unset: the module has none.
+  void set_forward_shadow(std::function<void()> shadow) { forward_shadow_ = std::move(shadow); }
+  void shadow_forward() const {
+    if (forward_shadow_) forward_shadow_();
+  }
   // find_common_rank(rank, is_last_joiner), then broadcast_coalesced of
   // parameters and buffers from that rank.
   void sync_final_model(bool is_last_joiner);
@@ -225,6 +233,7 @@ class DistributedDataParallel : public Joinable {
   // The grad-sync flag allreduce of step 4, waited in post_forward.
   c10::intrusive_ptr<c10d::Work> grad_sync_work_;
   std::function<void()> join_step_;
+  std::function<void()> forward_shadow_;
 };
 
 }  // namespace lt

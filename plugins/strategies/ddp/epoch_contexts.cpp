@@ -145,6 +145,7 @@ class DDPJoinEpochContext : public TrainingEpochContext {
       // sequence here so that its collectives match the other ranks'.
       auto scope = watch(watchdog_, "DDP forward collectives (Join heartbeat, padding micro-batch)");
       ddp_.pre_forward();
+      ddp_.shadow_forward();  // the forward (and backward) the others run: collective layers
       ddp_.post_forward({zero_loss(module_, ddp_.device())});
     }
     return guard;

@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include <lightning_cpp/core/callback.h>
+#include <lightning_cpp/core/collective_layer.h>
 #include <lightning_cpp/core/lightning_module.h>
 #include <lightning_cpp/core/rank_zero.h>
 #include <lightning_cpp/core/trainer_options.h>
@@ -13,9 +14,13 @@ namespace {
 
 constexpr const char* kPadFix = "or train with uneven_inputs: pad (DistributedSampler padding, no Join)";
 
-bool has_sync_batch_norm(const LightningModule& module) {
+// A SyncBatchNorm that is not a CollectiveLayer (someone's own) cannot be shadowed.
+bool has_unshadowed_sync_batch_norm(const LightningModule& module) {
   for (const auto& child : module.modules(/*include_self=*/false)) {
-    if (child->name().find("SyncBatchNorm") != std::string::npos) return true;
+    if (child->name().find("SyncBatchNorm") != std::string::npos &&
+        dynamic_cast<const CollectiveLayer*>(child.get()) == nullptr) {
+      return true;
+    }
   }
   return false;
 }
@@ -64,8 +69,9 @@ JoinSupport judge_forward_collectives(const std::string& what, const JoinSetting
   return JoinSupport::incompatible(
       c10::str(what, " issues collectives that no JoinHook shadows: the ranks still training would wait forever "
                      "for the ranks that joined"),
-      c10::str("set join_throw_on_early_termination: true (every rank stops with EarlyTerminationError at the first "
-               "iteration some rank does not have), ",
+      c10::str("make the layer an lt::CollectiveLayer that shadows them (core/collective_layer.h; lt::SyncBatchNorm "
+               "is one), set join_throw_on_early_termination: true (every rank stops with EarlyTerminationError at "
+               "the first iteration some rank does not have), ",
                kPadFix));
 }
 
@@ -128,9 +134,15 @@ JoinCompatibilityReport check_join_compatibility(const FeatureSet& features, con
     add("a per-step LR scheduler (interval: step)", judge_scheduler_per_step(settings));
   }
   if (!module.automatic_optimization()) add("manual optimization", judge_manual_optimization(module, settings));
-  if (has_sync_batch_norm(module)) {
-    add("SyncBatchNorm", judge_forward_collectives("SyncBatchNorm allreduces batch statistics in every forward and",
-                                                   settings));
+  if (has_unshadowed_sync_batch_norm(module)) {
+    add("a SyncBatchNorm that is not lt::SyncBatchNorm",
+        judge_forward_collectives("it allreduces batch statistics in every forward and", settings));
+  }
+  const size_t layers = collective_layers(const_cast<LightningModule&>(module)).size();
+  if (layers > 0) {
+    add(c10::str("collective layers (", layers, ", e.g. lt::SyncBatchNorm)"),
+        JoinSupport{JoinCompatibility::kNeedsShadowing,
+                    "a rank with no micro-batch shadows their forward and backward collectives", ""});
   }
   if (module.collectives().in_forward) {
     add("collectives in forward (collectives().in_forward)",

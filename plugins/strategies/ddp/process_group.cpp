@@ -81,6 +81,28 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const ClusterEnvironment&
 // second Trainer in the same workers (same MASTER_PORT) gets a fresh rendezvous.
 std::atomic<int> g_process_group_count{0};
 
+c10::intrusive_ptr<c10d::ProcessGroup> make_backend(const c10::intrusive_ptr<c10d::Store>& store,
+                                                    const ClusterEnvironment& environment, const std::string& backend,
+                                                    std::chrono::milliseconds timeout) {
+  const int rank = static_cast<int>(environment.global_rank());
+  const int world_size = static_cast<int>(environment.world_size());
+  c10::intrusive_ptr<c10d::ProcessGroup> group;
+  if (backend == "gloo") {
+    auto gloo_options = c10d::ProcessGroupGloo::Options::create(timeout);
+    gloo_options->devices.push_back(gloo_device(environment));
+    gloo_options->threads = 2;  // PyTorch: 2 per device
+    group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, gloo_options);
+  } else {
+#if defined(LT_WITH_NCCL) && LT_WITH_NCCL
+    auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
+    nccl_options->timeout = timeout;
+    group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world_size, nccl_options);
+#endif
+  }
+  LT_INTERNAL_ASSERT(group, "no process group for backend '", backend, "'");
+  return group;
+}
+
 }  // namespace
 
 std::string resolve_process_group_backend(const std::string& requested, c10::DeviceType device,
@@ -127,22 +149,17 @@ DistributedConnection init_process_group(const ClusterEnvironment& environment, 
     base = c10::make_intrusive<c10d::TCPStore>(environment.main_address(), store_options);
   }
   out.store = c10::make_intrusive<c10d::PrefixStore>("lt_pg_" + std::to_string(index), base);
-  if (backend == "gloo") {
-    auto gloo_options = c10d::ProcessGroupGloo::Options::create(timeout);
-    gloo_options->devices.push_back(gloo_device(environment));
-    gloo_options->threads = 2;  // PyTorch: 2 per device
-    out.process_group = c10::make_intrusive<c10d::ProcessGroupGloo>(out.store, static_cast<int>(rank),
-                                                                    static_cast<int>(world_size), gloo_options);
-  } else {
-#if defined(LT_WITH_NCCL) && LT_WITH_NCCL
-    auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
-    nccl_options->timeout = timeout;
-    out.process_group = c10::make_intrusive<c10d::ProcessGroupNCCL>(out.store, static_cast<int>(rank),
-                                                                    static_cast<int>(world_size), nccl_options);
-#endif
-  }
-  LT_INTERNAL_ASSERT(out.process_group, "no process group for backend '", backend, "'");
+  out.process_group = make_backend(out.store, environment, backend, timeout);
+  out.backend = backend;
+  out.timeout = timeout;
   return out;
+}
+
+c10::intrusive_ptr<c10d::ProcessGroup> new_process_group(const DistributedConnection& connection,
+                                                         const ClusterEnvironment& environment,
+                                                         const std::string& name) {
+  auto store = c10::make_intrusive<c10d::PrefixStore>(name, connection.store);
+  return make_backend(store, environment, connection.backend, connection.timeout);
 }
 
 }  // namespace lt

@@ -33,11 +33,20 @@ struct DistributedConnection {
   c10::intrusive_ptr<c10d::Store> store;  // prefixed for this group
   c10::intrusive_ptr<c10d::ProcessGroup> process_group;
   std::string rendezvous;  // where the ranks met, for messages
+  std::string backend;
+  std::chrono::milliseconds timeout{0};
 };
 
 // Creates the store and the `backend` process group of the environment's
 // ranks; every rendezvous and collective times out after `timeout`.
 DistributedConnection init_process_group(const ClusterEnvironment& environment, const std::string& backend,
                                          std::chrono::milliseconds timeout);
+
+// A further group of the same ranks and backend (PyTorch's new_group over
+// every rank), its store under `name` within the connection's; every rank
+// must create it, in the same order.
+c10::intrusive_ptr<c10d::ProcessGroup> new_process_group(const DistributedConnection& connection,
+                                                         const ClusterEnvironment& environment,
+                                                         const std::string& name);
 
 }  // namespace lt
