@@ -449,8 +449,11 @@ class EvalNet : public TinyNet {
 LT_TEST_WORKER(ExactUnevenEvaluation) {
   const int64_t world = env_int("WORLD_SIZE"), rank = env_int("RANK");
   auto strategy = std::make_shared<lt::DDPStrategy>(test_strategy_options());
-  lt::Trainer trainer(lt::TrainerOptions().devices(world).strategy(strategy).enable_progress_bar(false).default_root_dir(
-      env_str("LT_OUT")));
+  lt::Trainer trainer(lt::TrainerOptions()
+                          .devices(world)
+                          .strategy(strategy)
+                          .enable_progress_bar(false)
+                          .default_root_dir(env_str("LT_OUT")));
   auto loader_of = [](const Data& data) {
     return std::make_shared<lt::DataLoader>(std::make_shared<lt::TensorDataset>(data.x, data.y),
                                             lt::DataLoaderOptions(3));

@@ -288,18 +288,23 @@ constexpr int64_t kBatch = 2;
 constexpr int64_t kIn = 3;
 constexpr int64_t kHidden = 4;
 
+// The oracle's initial weights (tests/python/join_oracle.py's init_params), in float64.
+void init_like_oracle(torch::nn::Module& module) {
+  module.to(torch::kDouble);
+  torch::NoGradGuard no_grad;
+  int64_t j = 0;
+  for (auto& p : module.parameters()) {
+    auto i = torch::arange(p.numel(), torch::kDouble);
+    p.copy_((0.3 * torch::sin(1.0 + 0.7 * i + 1.3 * static_cast<double>(j++))).reshape(p.sizes()));
+  }
+}
+
 class JoinNet : public lt::LightningModule {
  public:
   JoinNet() {
     l1 = register_module("l1", torch::nn::Linear(kIn, kHidden));
     l2 = register_module("l2", torch::nn::Linear(kHidden, 1));
-    to(torch::kDouble);
-    torch::NoGradGuard no_grad;
-    int64_t j = 0;
-    for (auto& p : parameters()) {
-      auto i = torch::arange(p.numel(), torch::kDouble);
-      p.copy_((0.3 * torch::sin(1.0 + 0.7 * i + 1.3 * static_cast<double>(j++))).reshape(p.sizes()));
-    }
+    init_like_oracle(*this);
   }
   torch::Tensor forward(const torch::Tensor& x) { return l2(torch::tanh(l1(x))); }
   torch::Tensor training_step(const lt::Batch& batch, int64_t /*batch_idx*/) override {
@@ -878,13 +883,7 @@ class SyncNet : public lt::LightningModule {
     l1 = register_module("l1", torch::nn::Linear(kIn, kHidden));
     bn = register_module("bn", lt::SyncBatchNorm(kHidden));
     l2 = register_module("l2", torch::nn::Linear(kHidden, 1));
-    to(torch::kDouble);
-    torch::NoGradGuard no_grad;
-    int64_t j = 0;
-    for (auto& p : parameters()) {
-      auto i = torch::arange(p.numel(), torch::kDouble);
-      p.copy_((0.3 * torch::sin(1.0 + 0.7 * i + 1.3 * static_cast<double>(j++))).reshape(p.sizes()));
-    }
+    init_like_oracle(*this);
   }
   torch::Tensor training_step(const lt::Batch& batch, int64_t /*batch_idx*/) override {
     return torch::mse_loss(l2(torch::tanh(bn(l1(batch.data)))), batch.target);

@@ -94,16 +94,21 @@ def configs():
     return out
 
 
+def init_params(model):
+    """float64, every parameter from one formula (join_test.cpp's init_like_oracle)."""
+    model.double()
+    with torch.no_grad():
+        for j, p in enumerate(model.parameters()):
+            i = torch.arange(p.numel(), dtype=torch.float64)
+            p.copy_((0.3 * torch.sin(1.0 + 0.7 * i + 1.3 * j)).reshape(p.shape))
+
+
 class Net(torch.nn.Module):
     def __init__(self):
         super().__init__()
         self.l1 = torch.nn.Linear(IN, HIDDEN)
         self.l2 = torch.nn.Linear(HIDDEN, 1)
-        self.double()
-        with torch.no_grad():
-            for j, p in enumerate(self.parameters()):
-                i = torch.arange(p.numel(), dtype=torch.float64)
-                p.copy_((0.3 * torch.sin(1.0 + 0.7 * i + 1.3 * j)).reshape(p.shape))
+        init_params(self)
 
     def forward(self, x):
         return self.l2(torch.tanh(self.l1(x)))

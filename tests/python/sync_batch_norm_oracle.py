@@ -27,7 +27,7 @@ import os
 import torch
 import torch.nn.functional as F
 
-from join_oracle import HIDDEN, IN, LR, batch
+from join_oracle import HIDDEN, IN, LR, batch, init_params
 
 CONFIGS = [
     (2, [3, 3], 1, 2),  # even
@@ -44,11 +44,7 @@ class Net(torch.nn.Module):
         self.l1 = torch.nn.Linear(IN, HIDDEN)
         self.bn = torch.nn.BatchNorm1d(HIDDEN)
         self.l2 = torch.nn.Linear(HIDDEN, 1)
-        self.double()
-        with torch.no_grad():
-            for j, p in enumerate(self.parameters()):
-                i = torch.arange(p.numel(), dtype=torch.float64)
-                p.copy_((0.3 * torch.sin(1.0 + 0.7 * i + 1.3 * j)).reshape(p.shape))
+        init_params(self)
 
 
 def train(ws, counts, k, epochs):
