@@ -13,6 +13,7 @@
 #include <lightning_cpp/core/rank_zero.h>
 #include <lightning_cpp/core/registry.h>
 #include <lightning_cpp/loops/fit_loop.h>
+#include <lightning_cpp/plugins/environments/cluster_environment.h>
 #include <lightning_cpp/plugins/strategies/ddp/join_compatibility.h>
 #include <lightning_cpp/trainer/checkpoint.h>
 #include <lightning_cpp/trainer/trainer.h>
@@ -454,11 +455,18 @@ ConfigNode resolve_config(const ConfigNode& config, const Registry& registry, co
     out.set("logger", resolve_class<Logger>(*logger, "logger", registry));
   }
 
-  // strategy: null or "auto" -> single_device, or ddp for more than one process.
+  // strategy: null or "auto" -> single_device, or ddp for more than one process
+  // (devices * num_nodes > 1, or ranks started by torchrun, srun, mpirun).
   const ConfigNode* strategy = root.find("strategy");
   if (strategy == nullptr || strategy->is_null() || (strategy->is_scalar() && strategy->value == "auto")) {
     const ConfigNode& t = *out.find("trainer");
-    const bool many = std::stoll(t.find("devices")->value) * std::stoll(t.find("num_nodes")->value) > 1;
+    const bool spawned = std::stoll(t.find("devices")->value) * std::stoll(t.find("num_nodes")->value) > 1;
+    const int64_t started = external_world_size();
+    if (!spawned && started > 1 && (strategy == nullptr || strategy->is_null())) {
+      rank_zero_info("lightning-cpp: no strategy given and the environment has ", started,
+                     " ranks: training with strategy ddp");
+    }
+    const bool many = spawned || started > 1;
     ConfigNode name = ConfigNode::scalar(many ? "ddp" : "single_device", strategy ? strategy->source : t.source);
     out.set("strategy", resolve_class<Strategy>(name, "strategy", registry));
   } else {

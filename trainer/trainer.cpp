@@ -5,7 +5,10 @@
 #include <optional>
 
 #include <lightning_cpp/core/check.h>
+#include <lightning_cpp/core/rank_zero.h>
 #include <lightning_cpp/core/signals.h>
+#include <lightning_cpp/plugins/environments/cluster_environment.h>
+#include <lightning_cpp/plugins/strategies/ddp.h>
 #include <lightning_cpp/plugins/strategies/single_device.h>
 
 namespace lt {
@@ -33,8 +36,15 @@ Trainer::Trainer(TrainerOptions options)
   options_.validate();
   strategy_ = options_.strategy();
   if (!strategy_) {
-    strategy_ = std::make_shared<SingleDeviceStrategy>(options_.device_type() == torch::kCUDA ? torch::Device("cuda:0")
-                                                                                               : torch::Device("cpu"));
+    if (const int64_t world_size = external_world_size(); world_size > 1) {
+      // Started as one of several ranks (torchrun, srun, mpirun): data-parallel, as Lightning picks.
+      rank_zero_info("lightning-cpp: no strategy given and the environment has ", world_size,
+                     " ranks: training with strategy ddp");
+      strategy_ = std::make_shared<DDPStrategy>();
+    } else {
+      strategy_ = std::make_shared<SingleDeviceStrategy>(
+          options_.device_type() == torch::kCUDA ? torch::Device("cuda:0") : torch::Device("cpu"));
+    }
   }
 }
 

@@ -18,4 +18,9 @@ std::unique_ptr<ClusterEnvironment> select_cluster_environment() {
   return std::make_unique<LocalEnvironment>();
 }
 
+int64_t external_world_size() {
+  const auto environment = select_cluster_environment();
+  return environment->creates_processes_externally() ? environment->world_size() : 1;
+}
+
 }  // namespace lt

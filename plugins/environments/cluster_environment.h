@@ -36,6 +36,10 @@ class ClusterEnvironment {
   int64_t node_rank() const { return ranks_.node_rank; }
   // Processes on this node (local world size), when the environment says so.
   std::optional<int64_t> local_world_size() const { return ranks_.local_world_size; }
+  // Set when the launcher already hosts the c10d store at main_address():
+  // every rank connects as a client, under this key prefix (torchrun's
+  // static rendezvous: TORCHELASTIC_USE_AGENT_STORE).
+  const std::optional<std::string>& agent_store_prefix() const { return ranks_.agent_store_prefix; }
 
  protected:
   // Each environment's constructor fills this from its variables; the
@@ -45,11 +49,17 @@ class ClusterEnvironment {
     int main_port = 0;
     int64_t world_size = 1, global_rank = 0, local_rank = 0, node_rank = 0;
     std::optional<int64_t> local_world_size;
+    std::optional<std::string> agent_store_prefix;
   };
   Ranks ranks_;
 };
 
 // Picks the environment of this process (order above).
 std::unique_ptr<ClusterEnvironment> select_cluster_environment();
+
+// The world size of the environment when something outside this process
+// (torchrun, srun, mpirun) started more than one rank, else 1: a run with no
+// strategy given then trains with ddp (as Lightning does).
+int64_t external_world_size();
 
 }  // namespace lt

@@ -30,6 +30,11 @@ TorchrunEnvironment::TorchrunEnvironment() {
   ranks_.main_port = static_cast<int>(port.value_or(0));
   LT_CHECK(ranks_.main_port >= 0 && ranks_.main_port < 65536, where, ": MASTER_PORT=", ranks_.main_port,
            " is not a TCP port");
+  // torchrun's agent hosts the store at MASTER_ADDR:MASTER_PORT (static
+  // rendezvous); PyTorch's workers then connect to it under this prefix.
+  if (env::get("TORCHELASTIC_USE_AGENT_STORE").value_or("") == "True") {
+    ranks_.agent_store_prefix = c10::str("/worker/attempt_", env::get_int("TORCHELASTIC_RESTART_COUNT").value_or(0));
+  }
 }
 
 }  // namespace lt

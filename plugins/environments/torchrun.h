@@ -4,7 +4,9 @@
 // that sets the generic variables RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
 // (and optionally LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK/NODE_RANK).
 // Multi-node works through MASTER_ADDR: every rank rendezvouses at the
-// TCPStore rank 0 hosts there.
+// TCPStore there, which rank 0 hosts, or torchrun's agent when it says so
+// (TORCHELASTIC_USE_AGENT_STORE=True, its static rendezvous: every rank
+// connects as a client, as PyTorch's workers do).
 
 #include <lightning_cpp/plugins/environments/cluster_environment.h>
 

@@ -47,6 +47,10 @@ void DDPStrategy::setup_environment(const TrainerOptions& options) {
     if (options.devices() > 1) {
       supervise_local_spawn(options.devices(), LocalSpawnOptions{options_.launch_timeout(), options_.worker_log_dir()});
     }
+  } else if (expected == 1 && environment_->world_size() > 1) {
+    // devices and num_nodes left at 1: the launcher's layout is the run's.
+    rank_zero_info("lightning-cpp: strategy ddp: the ", environment_->name(), " environment has ",
+                   environment_->world_size(), " ranks; devices: 1 and num_nodes: 1 follow it");
   } else {
     LT_CHECK_VALUE(environment_->world_size() == expected, "strategy ddp: devices (", options.devices(),
                    ") * num_nodes (", options.num_nodes(), ") = ", expected, ", but the ", environment_->name(),

@@ -38,8 +38,8 @@
 #include <lightning_cpp/plugins/environments/cluster_environment.h>
 #include <lightning_cpp/plugins/strategies/ddp/collective_watchdog.h>
 #include <lightning_cpp/plugins/strategies/ddp/distributed_data_parallel.h>
-#include <lightning_cpp/plugins/strategies/ddp/process_group.h>
 #include <lightning_cpp/plugins/strategies/ddp/join_compatibility.h>
+#include <lightning_cpp/plugins/strategies/ddp/process_group.h>
 #include <lightning_cpp/plugins/strategies/ddp/sharding.h>
 
 namespace lt {

@@ -139,14 +139,16 @@ DistributedConnection init_process_group(const ClusterEnvironment& environment, 
     base->setTimeout(timeout);
     out.rendezvous = *local_store;
   } else {
+    const auto& agent_prefix = environment.agent_store_prefix();
     c10d::TCPStoreOptions store_options;
     store_options.port = static_cast<std::uint16_t>(environment.main_port());
-    store_options.isServer = rank == 0;
+    store_options.isServer = rank == 0 && !agent_prefix;
     store_options.numWorkers = static_cast<size_t>(world_size);
     store_options.waitWorkers = index == 0;  // later groups reuse the server every rank already joined
     store_options.timeout = timeout;
     store_options.multiTenant = true;  // a second Trainer in this process reuses the server
     base = c10::make_intrusive<c10d::TCPStore>(environment.main_address(), store_options);
+    if (agent_prefix) base = c10::make_intrusive<c10d::PrefixStore>(*agent_prefix, base);
   }
   out.store = c10::make_intrusive<c10d::PrefixStore>("lt_pg_" + std::to_string(index), base);
   out.process_group = make_backend(out.store, environment, backend, timeout);

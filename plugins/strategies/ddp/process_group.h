@@ -6,7 +6,9 @@
 // spawn's workers share a c10d::FileStore in the supervisor's private 0700
 // directory (LT_LOCAL_STORE), so they listen on no socket but gloo's on
 // 127.0.0.1 (LibTorch 1.13's TCPStore can only listen on every interface);
-// otherwise rank 0 hosts a c10d::TCPStore at MASTER_ADDR:MASTER_PORT. Each
+// otherwise rank 0 hosts a c10d::TCPStore at MASTER_ADDR:MASTER_PORT, or,
+// when torchrun's agent hosts one there (ClusterEnvironment::
+// agent_store_prefix), every rank connects to it as a client. Each
 // group gets its own store prefix, so a second Trainer in the same workers
 // gets a fresh rendezvous.
 // Backends: gloo (CPU tensors; the default on CPU), nccl (only in builds with
