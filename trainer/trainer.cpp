@@ -55,6 +55,7 @@ Strategy& Trainer::strategy() { return *strategy_; }
 bool Trainer::is_global_zero() { return strategy_->is_global_zero(); }
 
 std::string Trainer::log_dir() const {
+  if (agreed_log_dir_) return *agreed_log_dir_;
   if (options_.logger() && !options_.logger()->log_dir().empty()) return options_.logger()->log_dir();
   return options_.default_root_dir();
 }
@@ -67,6 +68,11 @@ std::shared_ptr<DataLoader> Trainer::prepare_loader(std::shared_ptr<DataLoader> 
 std::unique_ptr<Trainer::Run> Trainer::begin(const std::shared_ptr<LightningModule>& module, Stage stage) {
   LT_CHECK(module != nullptr, "Trainer: the module is null");
   strategy_->setup_environment(options_);
+  if (!agreed_log_dir_ && strategy_->world_size() > 1) {
+    // Each rank would pick the logger's next free version itself, and a rank
+    // that looks after rank 0 created its folder picks another: rank 0 decides.
+    agreed_log_dir_ = strategy_->all_gather_bytes(log_dir()).at(0);
+  }
   if (options_.seed()) seed_everything(*options_.seed(), options_.deterministic());
   module_ = module.get();
 

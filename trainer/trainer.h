@@ -9,6 +9,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,7 +66,8 @@ class Trainer {
   int64_t global_step() const { return state_.global_step; }
   bool is_global_zero();
   void set_should_stop(bool stop) { state_.should_stop = stop; }
-  // default_root_dir, or the logger's folder when there is one.
+  // default_root_dir, or the logger's folder when there is one; with several
+  // ranks, rank 0's (agreed at the first run), so every path is the same.
   std::string log_dir() const;
   LightningModule* module() const { return module_; }
   OptimizerConfig* optimizer_config() { return optim_.optimizer ? &optim_ : nullptr; }
@@ -98,6 +100,7 @@ class Trainer {
   TrainerOptions options_;
   std::shared_ptr<Strategy> strategy_;
   RunState state_;
+  std::optional<std::string> agreed_log_dir_;  // rank 0's log_dir(), with several ranks
   LightningModule* module_ = nullptr;
   OptimizerConfig optim_;
   std::map<Stage, ResultCollection> results_;

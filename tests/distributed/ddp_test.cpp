@@ -15,7 +15,9 @@
 #include <sstream>
 #include <thread>
 
+#include <lightning_cpp/callbacks/model_checkpoint.h>
 #include <lightning_cpp/data/distributed_sampler.h>
+#include <lightning_cpp/loggers/csv.h>
 #include <lightning_cpp/plugins/strategies/ddp.h>
 #include <lightning_cpp/trainer/trainer.h>
 
@@ -501,6 +503,44 @@ TEST(Ddp, UnevenEvaluationAndPredictionEqualOneProcess) {
   lt::testing::WorkerOptions options;
   options.env = {{"LT_OUT", out_dir("exact_eval")}};
   auto r = run_workers("ExactUnevenEvaluation", 3, options);
+  EXPECT_TRUE(r.ok()) << r.summary();
+  std::filesystem::remove_all(options.env["LT_OUT"]);
+}
+
+// Every rank writes to rank 0's logger version: rank 1 starts after rank 0
+// created version_0, so by itself it would pick version_1.
+LT_TEST_WORKER(AgreedLogDir) {
+  const int64_t world = env_int("WORLD_SIZE"), rank = env_int("RANK");
+  const std::string dir = env_str("LT_OUT");
+  auto logger = std::make_shared<lt::CSVLogger>(lt::CSVLoggerOptions(dir));
+  if (rank == 0) {
+    std::filesystem::create_directories(logger->log_dir());
+  } else {
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+  auto checkpoint = std::make_shared<lt::ModelCheckpoint>();
+  lt::Trainer trainer(lt::TrainerOptions()
+                          .devices(world)
+                          .strategy(std::make_shared<lt::DDPStrategy>(test_strategy_options()))
+                          .max_epochs(1)
+                          .enable_progress_bar(false)
+                          .logger(logger)
+                          .callbacks({checkpoint})
+                          .default_root_dir(dir));
+  auto data = make_data(16);
+  trainer.fit(make_net(-1), std::make_shared<lt::DataLoader>(std::make_shared<lt::TensorDataset>(data.x, data.y),
+                                                             lt::DataLoaderOptions(4)));
+  const auto paths = trainer.strategy().all_gather_bytes(checkpoint->best_model_path());
+  LT_WORKER_CHECK(paths.at(0) == paths.at(1), "best_model_path differs: '", paths[0], "' and '", paths[1], "'");
+  LT_WORKER_CHECK(std::filesystem::exists(paths[0]), paths[0], " does not exist");
+  LT_WORKER_CHECK(paths[0].find("version_0") != std::string::npos, paths[0]);
+  return 0;
+}
+
+TEST(Ddp, EveryRankUsesRankZerosLoggerVersion) {
+  lt::testing::WorkerOptions options;
+  options.env = {{"LT_OUT", out_dir("log_dir")}};
+  auto r = run_workers("AgreedLogDir", 2, options);
   EXPECT_TRUE(r.ok()) << r.summary();
   std::filesystem::remove_all(options.env["LT_OUT"]);
 }
