@@ -1,5 +1,5 @@
 #pragma once
-// Graceful stop on SIGINT/SIGTERM (what a launcher forwards to its workers):
+// Graceful stop on SIGINT/SIGTERM/SIGHUP (what a launcher forwards to its workers):
 // the first signal asks the training loop to stop at the next optimizer-step
 // boundary, after which the Trainer calls on_exception, rank 0 writes
 // <default_root_dir>/interrupted.ckpt and fit throws lt::Interrupted. A second

@@ -3,6 +3,7 @@
 // written are not world-writable.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <pty.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -46,9 +47,11 @@ LT_TEST_WORKER(SaveCheckpointsForever) {
   return 0;
 }
 
-// Starts this binary running the worker `name` (stdout and stderr to `output`, if given).
+// Starts this binary running the worker `name` (stdout and stderr to
+// `output`, if given; with `terminal`, on a new pseudo-terminal whose master
+// end is stored there, as a program started from a shell).
 pid_t start_worker(const std::string& name, const std::map<std::string, std::string>& env,
-                   const std::string& output = {}) {
+                   const std::string& output = {}, int* terminal = nullptr) {
   std::vector<std::string> strings;
   for (char** e = environ; *e; ++e) strings.emplace_back(*e);
   strings.push_back("LT_TEST_WORKER=" + name);
@@ -57,9 +60,9 @@ pid_t start_worker(const std::string& name, const std::map<std::string, std::str
   for (auto& s : strings) envp.push_back(s.data());
   envp.push_back(nullptr);
   const std::string exe = lt::self_executable();
-  const pid_t pid = fork();
+  const pid_t pid = terminal != nullptr ? forkpty(terminal, nullptr, nullptr, nullptr) : fork();
   if (pid == 0) {
-    if (!output.empty()) {
+    if (!output.empty() && terminal == nullptr) {
       const int fd = ::open(output.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       ::dup2(fd, STDOUT_FILENO);
       ::dup2(fd, STDERR_FILENO);
@@ -476,21 +479,34 @@ struct Supervised {
   std::string output;
 };
 
-// Starts SpawnedSlowRun as a supervisor, waits for <dir>/started, calls
-// `act` (which signals someone), and waits up to 40 s for the supervisor.
-Supervised supervise(const fs::path& dir, const std::string& uneven, const std::function<void(pid_t)>& act) {
+// Starts SpawnedSlowRun as a supervisor (with `on_terminal`, on a
+// pseudo-terminal), waits for <dir>/started, calls `act` with the
+// supervisor's pid and the terminal's master end (-1 without one), and
+// waits up to 40 s for the supervisor.
+Supervised supervise(const fs::path& dir, const std::string& uneven, const std::function<void(pid_t, int)>& act,
+                     bool on_terminal = false) {
   const std::string run_id = std::to_string(getpid()) + "_" + dir.filename().string();
+  int terminal = -1;
   const pid_t supervisor = start_worker("SpawnedSlowRun",
                                         {{"LT_DIR", dir.string()}, {"LT_UNEVEN", uneven}, {"LT_RUN_TOKEN", run_id}},
-                                        (dir / "supervisor.log").string());
+                                        (dir / "supervisor.log").string(), on_terminal ? &terminal : nullptr);
   const std::string token = "LT_RUN_TOKEN=" + run_id;
   Supervised out;
+  // What the supervisor writes on its terminal (read, so that it never blocks on a full one).
+  std::string screen;
+  if (terminal >= 0) ::fcntl(terminal, F_SETFL, ::fcntl(terminal, F_GETFL) | O_NONBLOCK);
+  auto drain = [&] {
+    char buffer[4096];
+    for (ssize_t n; terminal >= 0 && (n = ::read(terminal, buffer, sizeof(buffer))) > 0;) screen.append(buffer, n);
+  };
   for (int i = 0; i < 1200 && !fs::exists(dir / "started"); ++i) {
+    drain();
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  EXPECT_TRUE(fs::exists(dir / "started")) << read_file(dir / "supervisor.log");
-  act(supervisor);
+  EXPECT_TRUE(fs::exists(dir / "started")) << read_file(dir / "supervisor.log") << screen;
+  act(supervisor, terminal);
   for (int i = 0; i < 800 && !out.exited_in_time; ++i) {
+    drain();
     out.exited_in_time = waitpid(supervisor, &out.status, WNOHANG) == supervisor;
     if (!out.exited_in_time) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -498,7 +514,9 @@ Supervised supervise(const fs::path& dir, const std::string& uneven, const std::
     kill(supervisor, SIGKILL);
     waitpid(supervisor, &out.status, 0);
   }
-  out.output = read_file(dir / "supervisor.log");
+  drain();
+  if (terminal >= 0) ::close(terminal);
+  out.output = read_file(dir / "supervisor.log") + screen;
   // The supervisor and its workers are all gone: nothing with our token remains.
   EXPECT_EQ(count_processes_with(token), 0);
   return out;
@@ -515,7 +533,7 @@ class SignalToLauncher : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(SignalToLauncher, EveryRankStopsAtOneStepAndRankZeroCheckpoints) {
   TempDir dir;
-  auto r = supervise(dir.path, GetParam(), [](pid_t supervisor) { kill(supervisor, SIGTERM); });
+  auto r = supervise(dir.path, GetParam(), [](pid_t supervisor, int) { kill(supervisor, SIGTERM); });
   ASSERT_TRUE(r.exited_in_time) << r.output;
   EXPECT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << r.output;
   const int64_t step0 = read_step(dir.path / "stopped0"), step1 = read_step(dir.path / "stopped1");
@@ -539,11 +557,42 @@ TEST_P(SignalToLauncher, EveryRankStopsAtOneStepAndRankZeroCheckpoints) {
 
 INSTANTIATE_TEST_SUITE_P(UnevenInputs, SignalToLauncher, ::testing::Values("join", "pad"));
 
+// One Ctrl-C typed on the terminal of a local spawn: the terminal sends
+// SIGINT to its foreground process group, the supervisor alone (its workers
+// have groups of their own), which forwards it once: a graceful stop.
+TEST(Signals, OneCtrlCOnATerminalStopsALocalSpawnGracefully) {
+  TempDir dir;
+  auto r = supervise(
+      dir.path, "join", [](pid_t, int terminal) { ASSERT_EQ(::write(terminal, "\x03", 1), 1); },
+      /*on_terminal=*/true);
+  ASSERT_TRUE(r.exited_in_time) << r.output;
+  EXPECT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << r.output;
+  const int64_t step0 = read_step(dir.path / "stopped0"), step1 = read_step(dir.path / "stopped1");
+  EXPECT_GT(step0, 3) << r.output;
+  EXPECT_EQ(step0, step1) << "the ranks stopped at different steps";
+  EXPECT_TRUE(fs::exists(dir.path / "interrupted.ckpt")) << r.output;
+}
+
+// A closed terminal (SIGHUP) stops the run as SIGTERM does, and the
+// supervisor removes the rendezvous directory.
+TEST(Signals, SighupStopsGracefullyAndRemovesTheRendezvousDirectory) {
+  TempDir dir;
+  auto r = supervise(dir.path, "join", [](pid_t supervisor, int) { kill(supervisor, SIGHUP); });
+  ASSERT_TRUE(r.exited_in_time) << r.output;
+  EXPECT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << r.output;
+  EXPECT_EQ(read_step(dir.path / "stopped0"), read_step(dir.path / "stopped1"));
+  EXPECT_TRUE(fs::exists(dir.path / "interrupted.ckpt")) << r.output;
+  const size_t at = r.output.find("(store ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const fs::path store = r.output.substr(at + 7, r.output.find(')', at) - at - 7);
+  EXPECT_FALSE(fs::exists(store.parent_path())) << store.parent_path() << " is left behind";
+}
+
 TEST(RankDeath, SigkillOfAWorkerEndsEveryProcessNamingTheRank) {
   TempDir dir;
   const auto start = std::chrono::steady_clock::now();
   double killed_at = 0;
-  auto r = supervise(dir.path, "join", [&](pid_t) {
+  auto r = supervise(dir.path, "join", [&](pid_t, int) {
     kill(static_cast<pid_t>(read_step(dir.path / "pid1")), SIGKILL);
     killed_at = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   });

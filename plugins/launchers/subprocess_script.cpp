@@ -33,7 +33,7 @@ std::atomic<int> g_forward_signal{0};
 std::atomic<int> g_signal_count{0};
 
 void on_signal(int sig) {
-  g_forward_signal.store(sig);
+  g_forward_signal.store(sig == SIGHUP ? SIGTERM : sig);  // a closed terminal stops the run like SIGTERM
   g_signal_count.fetch_add(1);
 }
 
@@ -70,10 +70,15 @@ pid_t spawn(const WorkerSpec& spec) {
   if (pid == 0) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(127);  // the supervisor died before prctl
+    // A process group of its own: a terminal's Ctrl-C (SIGINT to the
+    // foreground group) reaches the supervisor alone, which forwards it once;
+    // a worker that got both would take the second as "exit now".
+    ::setpgid(0, 0);
     struct sigaction dfl {};
     dfl.sa_handler = SIG_DFL;
     ::sigaction(SIGINT, &dfl, nullptr);
     ::sigaction(SIGTERM, &dfl, nullptr);
+    ::sigaction(SIGHUP, &dfl, nullptr);
     if (out_fd >= 0) {
       ::dup2(out_fd, STDOUT_FILENO);
       ::dup2(out_fd, STDERR_FILENO);
@@ -102,6 +107,7 @@ void install_forwarding_signal_handlers() {
   sigemptyset(&sa.sa_mask);
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
+  ::sigaction(SIGHUP, &sa, nullptr);
 }
 
 std::vector<WorkerExit> launch_and_wait(const std::vector<WorkerSpec>& workers, const LaunchOptions& options) {
