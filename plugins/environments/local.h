@@ -6,6 +6,9 @@
 // LT_LOCAL_SPAWN=1, RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
 // MASTER_ADDR=127.0.0.1 and MASTER_PORT=<a free port>, and those workers
 // find themselves here again, now with creates_processes_externally() true.
+// With num_nodes > 1 the same command runs on every node with MASTER_ADDR,
+// MASTER_PORT and NODE_RANK set (Lightning's manual multi-node); this
+// node's workers then take global ranks node_rank * devices + i.
 
 #include <lightning_cpp/plugins/environments/cluster_environment.h>
 

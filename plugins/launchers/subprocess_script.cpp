@@ -198,39 +198,52 @@ int find_free_port() {
 
 void supervise_local_spawn(int64_t num_processes, const LocalSpawnOptions& options) {
   install_forwarding_signal_handlers();
-  const int port = find_free_port();
+  const bool one_node = options.num_nodes == 1;
+  const int port = one_node ? find_free_port() : options.main_port;
   const std::vector<std::string> argv = self_argv();
-  std::string store_dir = (std::filesystem::temp_directory_path() / "lightning-cpp-XXXXXX").string();
-  LT_CHECK(::mkdtemp(store_dir.data()) != nullptr, "local spawn: cannot create a directory for the local store in ",
-           std::filesystem::temp_directory_path().string(), ": ", std::strerror(errno));
+  // One node: the workers rendezvous through a FileStore in a private directory.
+  std::string store_dir;
+  if (one_node) {
+    store_dir = (std::filesystem::temp_directory_path() / "lightning-cpp-XXXXXX").string();
+    LT_CHECK(::mkdtemp(store_dir.data()) != nullptr, "local spawn: cannot create a directory for the local store in ",
+             std::filesystem::temp_directory_path().string(), ": ", std::strerror(errno));
+  }
   if (!options.worker_log_dir.empty()) std::filesystem::create_directories(options.worker_log_dir);
   std::vector<WorkerSpec> workers;
-  for (int64_t rank = 0; rank < num_processes; ++rank) {
+  for (int64_t local = 0; local < num_processes; ++local) {
+    const int64_t rank = options.node_rank * num_processes + local;
     WorkerSpec spec;
     spec.argv = argv;
     spec.env = {{LocalEnvironment::kWorkerVar, "1"},
                 {"RANK", std::to_string(rank)},
-                {"LOCAL_RANK", std::to_string(rank)},
-                {"WORLD_SIZE", std::to_string(num_processes)},
+                {"LOCAL_RANK", std::to_string(local)},
+                {"WORLD_SIZE", std::to_string(num_processes * options.num_nodes)},
                 {"LOCAL_WORLD_SIZE", std::to_string(num_processes)},
-                {"NODE_RANK", "0"},
-                {"MASTER_ADDR", "127.0.0.1"},
-                {"MASTER_PORT", std::to_string(port)},
-                {LocalEnvironment::kStoreVar, store_dir + "/store"}};
+                {"NODE_RANK", std::to_string(options.node_rank)},
+                {"MASTER_ADDR", one_node ? std::string("127.0.0.1") : options.main_address},
+                {"MASTER_PORT", std::to_string(port)}};
+    if (one_node) spec.env[LocalEnvironment::kStoreVar] = store_dir + "/store";
     if (!options.worker_log_dir.empty()) {
       spec.output_path =
           (std::filesystem::path(options.worker_log_dir) / ("rank" + std::to_string(rank) + ".log")).string();
     }
     workers.push_back(std::move(spec));
   }
-  std::fprintf(stderr, "lightning-cpp: strategy ddp: launching %lld worker processes (store %s/store)\n",
-               static_cast<long long>(num_processes), store_dir.c_str());
+  if (one_node) {
+    std::fprintf(stderr, "lightning-cpp: strategy ddp: launching %lld worker processes (store %s/store)\n",
+                 static_cast<long long>(num_processes), store_dir.c_str());
+  } else {
+    std::fprintf(stderr,
+                 "lightning-cpp: strategy ddp: node %lld of %lld: launching %lld worker processes (store %s:%d)\n",
+                 static_cast<long long>(options.node_rank), static_cast<long long>(options.num_nodes),
+                 static_cast<long long>(num_processes), options.main_address.c_str(), port);
+  }
   std::fflush(stderr);
   LaunchOptions launch;
   launch.timeout = options.timeout;
   const std::vector<WorkerExit> exits = launch_and_wait(workers, launch);
   std::error_code ignored;
-  std::filesystem::remove_all(store_dir, ignored);
+  if (one_node) std::filesystem::remove_all(store_dir, ignored);
 
   // The root cause: the first worker that failed by itself (not one the
   // launcher terminated after it).

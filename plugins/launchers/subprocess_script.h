@@ -54,6 +54,14 @@ struct LocalSpawnOptions {
   // Write rank r's stdout+stderr to <dir>/rank<r>.log (empty: the workers
   // share the supervisor's terminal).
   std::string worker_log_dir;
+  // Several nodes, Lightning's manual way: the same command on every node
+  // with MASTER_ADDR, MASTER_PORT and NODE_RANK set. This node's workers get
+  // ranks node_rank * num_processes + i of num_nodes * num_processes and
+  // rendezvous at the TCPStore rank 0 hosts at main_address:main_port.
+  int64_t num_nodes = 1;
+  int64_t node_rank = 0;
+  std::string main_address;
+  int main_port = 0;
 };
 
 // The supervisor of a local spawn (`devices: N` with no cluster launcher):

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include <lightning_cpp/core/check.h>
+#include <lightning_cpp/core/env.h>
 #include <lightning_cpp/core/collective_layer.h>
 #include <lightning_cpp/core/lightning_module.h>
 #include <lightning_cpp/core/rank_zero.h>
@@ -41,12 +42,24 @@ void DDPStrategy::setup_environment(const TrainerOptions& options) {
   environment_ = select_cluster_environment();
   const int64_t expected = options.devices() * options.num_nodes();
   if (!environment_->creates_processes_externally()) {
-    LT_CHECK_VALUE(options.num_nodes() == 1, "strategy ddp: num_nodes=", options.num_nodes(),
-                   " needs ranks started by a cluster launcher (torchrun, srun, mpirun); none was found in the ",
-                   "environment, and a local spawn starts processes on this machine only");
-    if (options.devices() > 1) {
-      supervise_local_spawn(options.devices(), LocalSpawnOptions{options_.launch_timeout(), options_.worker_log_dir()});
+    LocalSpawnOptions spawn{options_.launch_timeout(), options_.worker_log_dir()};
+    if (options.num_nodes() > 1) {
+      // Lightning's manual multi-node: the same command on every node.
+      const auto address = env::get("MASTER_ADDR");
+      const auto port = env::get_int("MASTER_PORT");
+      const auto node = env::get_int("NODE_RANK");
+      LT_CHECK_VALUE(address && port && node, "strategy ddp: num_nodes=", options.num_nodes(),
+                     " needs ranks started by a cluster launcher (torchrun, srun, mpirun), or the same command on "
+                     "every node with MASTER_ADDR (the address of node 0), MASTER_PORT and NODE_RANK set; missing:",
+                     address ? "" : " MASTER_ADDR", port ? "" : " MASTER_PORT", node ? "" : " NODE_RANK");
+      LT_CHECK_VALUE(*node >= 0 && *node < options.num_nodes(), "strategy ddp: NODE_RANK=", *node,
+                     " must be in [0, num_nodes=", options.num_nodes(), ")");
+      spawn.num_nodes = options.num_nodes();
+      spawn.node_rank = *node;
+      spawn.main_address = *address;
+      spawn.main_port = static_cast<int>(*port);
     }
+    if (expected > 1) supervise_local_spawn(options.devices(), spawn);
   } else if (expected == 1 && environment_->world_size() > 1) {
     // devices and num_nodes left at 1: the launcher's layout is the run's.
     rank_zero_info("lightning-cpp: strategy ddp: the ", environment_->name(), " environment has ",

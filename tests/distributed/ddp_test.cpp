@@ -545,6 +545,37 @@ TEST(Ddp, EveryRankUsesRankZerosLoggerVersion) {
   std::filesystem::remove_all(options.env["LT_OUT"]);
 }
 
+// A GLOO_SOCKET_IFNAME that names no interface of this host: a clear error naming the ones there are.
+LT_TEST_WORKER(UnknownGlooInterface) {
+  lt::Trainer trainer(lt::TrainerOptions()
+                          .devices(env_int("WORLD_SIZE"))
+                          .strategy(std::make_shared<lt::DDPStrategy>(test_strategy_options()))
+                          .enable_progress_bar(false)
+                          .default_root_dir(env_str("LT_OUT")));
+  auto data = make_data(8);
+  try {
+    trainer.fit(make_net(-1), std::make_shared<lt::DataLoader>(std::make_shared<lt::TensorDataset>(data.x, data.y),
+                                                               lt::DataLoaderOptions(4)));
+  } catch (const lt::ValueError& e) {
+    const std::string what = e.what();
+    LT_WORKER_CHECK(what.find("GLOO_SOCKET_IFNAME=lt_nope0: this host has no interface 'lt_nope0'") !=
+                            std::string::npos &&
+                        what.find("it has: lo") != std::string::npos,
+                    what);
+    return 0;
+  }
+  LT_WORKER_CHECK(false, "an unknown GLOO_SOCKET_IFNAME was accepted");
+  return 1;
+}
+
+TEST(Ddp, AnUnknownGlooInterfaceIsAClearErrorNamingTheInterfaces) {
+  lt::testing::WorkerOptions options;
+  options.env = {{"LT_OUT", out_dir("ifname")}, {"GLOO_SOCKET_IFNAME", "lt_nope0"}};
+  auto r = run_workers("UnknownGlooInterface", 2, options);
+  EXPECT_TRUE(r.ok()) << r.summary();
+  std::filesystem::remove_all(options.env["LT_OUT"]);
+}
+
 // uneven_inputs: error refuses before training when batch counts differ.
 LT_TEST_WORKER(UnevenError) {
   const int64_t world = env_int("WORLD_SIZE");

@@ -1,7 +1,8 @@
 // Launching with the real /usr/bin/torchrun (Debian's python3-torch 1.13):
 // one node of 2 ranks and 2 nodes of 1 rank on 127.0.0.1, with torchrun's
 // static rendezvous (its agent hosts the store the workers must join as
-// clients), its c10d rendezvous and --standalone. No strategy is given: the
+// clients), its c10d rendezvous and --standalone; and two hosts made of
+// network namespaces joined by a veth pair. No strategy is given: the
 // Trainer picks ddp from the environment. Each run's final weights must equal
 // those of the local spawn (devices: 2) with the same data.
 #include <gtest/gtest.h>
@@ -10,6 +11,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <fstream>
 #include <sstream>
 
@@ -43,15 +45,19 @@ class SmallNet : public lt::LightningModule {
 }  // namespace
 
 // LT_MODE=spawn: devices 2 with the ddp strategy (this binary re-executed as
-// its workers). Otherwise a rank started by torchrun, with no strategy given.
+// its workers); manual: num_nodes 2 with the ddp strategy, on each node with
+// MASTER_ADDR, MASTER_PORT and NODE_RANK set. Otherwise a rank started by
+// torchrun, with no strategy given.
 LT_TEST_WORKER(TorchrunFit) {
   const bool spawn = env_str("LT_MODE") == "spawn";
+  const bool manual = env_str("LT_MODE") == "manual";
   torch::manual_seed(0);
   auto net = std::make_shared<SmallNet>();
   auto gen = at::detail::createCPUGenerator(7);
   const torch::Tensor x = torch::randn({48, 6}, gen), y = torch::randn({48, 2}, gen);
   auto options = lt::TrainerOptions().max_epochs(2).enable_progress_bar(false).default_root_dir(env_str("LT_OUT"));
   if (spawn) options.devices(2).strategy(std::make_shared<lt::DDPStrategy>());
+  if (manual) options.num_nodes(2).strategy(std::make_shared<lt::DDPStrategy>());
   lt::Trainer trainer(options);
   auto loader = std::make_shared<lt::DataLoader>(std::make_shared<lt::TensorDataset>(x, y),
                                                  lt::DataLoaderOptions(4).shuffle(true).seed(3));
@@ -203,6 +209,87 @@ TEST_F(Torchrun, Standalone) {
   ASSERT_TRUE(run_launchers(dir, {torchrun({"--standalone", "--nproc_per_node", "2", "--log_dir", dir + "/logs"})}, {},
                             &why))
       << why;
+  expect_reference_weights(dir);
+  std::filesystem::remove_all(dir);
+}
+
+namespace {
+
+// Two test hosts: network namespaces joined by a veth pair, 10.77.<n>.1 and
+// 10.77.<n>.2; torn down when destroyed. Empty `error` when they are up.
+class TwoHosts {
+ public:
+  TwoHosts() {
+    const std::string id = std::to_string(::getpid() % 100000);
+    a_ = "lt_a" + id;
+    b_ = "lt_b" + id;
+    const std::string net = "10.77." + std::to_string(::getpid() % 250) + ".";
+    address_a_ = net + "1";
+    for (const std::string& command :
+         {"ip netns add " + a_, "ip netns add " + b_, "ip link add lt_va" + id + " type veth peer name lt_vb" + id,
+          "ip link set lt_va" + id + " netns " + a_, "ip link set lt_vb" + id + " netns " + b_,
+          "ip -n " + a_ + " addr add " + net + "1/24 dev lt_va" + id,
+          "ip -n " + b_ + " addr add " + net + "2/24 dev lt_vb" + id, "ip -n " + a_ + " link set lt_va" + id + " up",
+          "ip -n " + b_ + " link set lt_vb" + id + " up", "ip -n " + a_ + " link set lo up",
+          "ip -n " + b_ + " link set lo up"}) {
+      if (std::system((command + " 2>/dev/null").c_str()) != 0) {
+        error = "'" + command + "' failed (needs root and iproute2)";
+        return;
+      }
+    }
+  }
+  ~TwoHosts() {
+    std::system(("ip netns del " + a_ + " 2>/dev/null").c_str());
+    std::system(("ip netns del " + b_ + " 2>/dev/null").c_str());
+  }
+  // `command` run on host 0 (a) or 1 (b).
+  std::vector<std::string> on(int host, std::vector<std::string> command) const {
+    command.insert(command.begin(), {"/usr/sbin/ip", "netns", "exec", host == 0 ? a_ : b_});
+    return command;
+  }
+  const std::string& address_a() const { return address_a_; }
+  std::string error;
+
+ private:
+  std::string a_, b_, address_a_;
+};
+
+}  // namespace
+
+TEST_F(Torchrun, TwoHostsInNetworkNamespaces) {
+  TwoHosts hosts;
+  if (!hosts.error.empty()) GTEST_SKIP() << "cannot make two test hosts: " << hosts.error;
+  const std::string dir = fresh_dir("hosts");
+  std::vector<std::vector<std::string>> nodes;
+  for (int node = 0; node < 2; ++node) {
+    nodes.push_back(hosts.on(node, torchrun({"--nnodes", "2", "--node_rank", std::to_string(node),
+                                             "--nproc_per_node", "1", "--master_addr", hosts.address_a(),
+                                             "--master_port", "29517", "--log_dir",
+                                             dir + "/logs" + std::to_string(node)})));
+  }
+  std::string why;
+  ASSERT_TRUE(run_launchers(dir, nodes, {}, &why)) << why;
+  expect_reference_weights(dir);
+  std::filesystem::remove_all(dir);
+}
+
+// Lightning's manual multi-node: the same command on each host with
+// MASTER_ADDR, MASTER_PORT and NODE_RANK; each node spawns its own worker.
+TEST_F(Torchrun, ManualMultiNodeOnTwoHosts) {
+  TwoHosts hosts;
+  if (!hosts.error.empty()) GTEST_SKIP() << "cannot make two test hosts: " << hosts.error;
+  const std::string dir = fresh_dir("manual");
+  std::vector<std::vector<std::string>> nodes;
+  for (int node = 0; node < 2; ++node) {
+    nodes.push_back(hosts.on(node, {"/usr/bin/env", "NODE_RANK=" + std::to_string(node), lt::self_executable()}));
+  }
+  std::string why;
+  ASSERT_TRUE(run_launchers(dir, nodes, {{"LT_MODE", "manual"}, {"MASTER_ADDR", hosts.address_a()},
+                                         {"MASTER_PORT", "29519"}},
+                            &why))
+      << why;
+  EXPECT_NE(read_file(dir + "/launcher1.log").find("node 1 of 2: launching 1 worker processes"), std::string::npos)
+      << read_file(dir + "/launcher1.log");
   expect_reference_weights(dir);
   std::filesystem::remove_all(dir);
 }

@@ -1,11 +1,13 @@
 #include <lightning_cpp/plugins/strategies/ddp/process_group.h>
 
 #include <arpa/inet.h>
+#include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
@@ -60,16 +62,37 @@ std::string local_address_towards(const std::string& host, int port) {
   return out;
 }
 
+// The interfaces of this host with an IPv4 address, in order.
+std::vector<std::string> interface_names() {
+  std::vector<std::string> out;
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return out;
+  for (const ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
+    if (i->ifa_addr != nullptr && i->ifa_addr->sa_family == AF_INET &&
+        std::find(out.begin(), out.end(), i->ifa_name) == out.end()) {
+      out.emplace_back(i->ifa_name);
+    }
+  }
+  ::freeifaddrs(list);
+  return out;
+}
+
 // Gloo's transport device: GLOO_SOCKET_IFNAME if set (as in PyTorch); the
-// loopback device for a local spawn or a loopback MASTER_ADDR; otherwise the
+// loopback device for a loopback MASTER_ADDR (a one-node local spawn's); otherwise the
 // address of the interface that routes to MASTER_ADDR, so multi-node runs
 // work without naming an interface.
 std::shared_ptr<::gloo::transport::Device> gloo_device(const ClusterEnvironment& environment) {
   if (auto ifname = env::get("GLOO_SOCKET_IFNAME")) {
     const std::string first = ifname->substr(0, ifname->find(','));
+    const std::vector<std::string> names = interface_names();
+    std::string listing;
+    for (const auto& name : names) listing += (listing.empty() ? "" : ", ") + name;
+    LT_CHECK_VALUE(std::find(names.begin(), names.end(), first) != names.end(), "GLOO_SOCKET_IFNAME=", *ifname,
+                   ": this host has no interface '", first, "' with an IPv4 address; it has: ", listing,
+                   " (unset it to use the interface that routes to MASTER_ADDR)");
     return c10d::ProcessGroupGloo::createDeviceForInterface(first);
   }
-  if (environment.name() == "local" || is_loopback(environment.main_address())) {
+  if (is_loopback(environment.main_address())) {
     return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
   }
   const std::string local = local_address_towards(environment.main_address(), environment.main_port());
