@@ -15,6 +15,11 @@ struct RunState {
   int64_t current_epoch = 0;
   int64_t global_step = 0;  // optimizer steps taken (Lightning's global_step)
   int64_t batch_idx = 0;    // index of the current batch in the epoch
+  // Iterations of the current training epoch done, as every rank counts them
+  // (under Join: the longest rank's micro-batches); a mid-epoch checkpoint
+  // saves it and a resumed run starts its epoch there (resume_iteration).
+  int64_t epoch_iteration = 0;
+  int64_t resume_iteration = 0;
   int64_t num_training_batches = 0;
   int64_t skipped_steps = 0;  // optimizer steps skipped for non-finite gradients
   bool should_stop = false;

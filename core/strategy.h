@@ -26,6 +26,9 @@ class DataLoader;
 struct EpochPlan {
   int64_t num_batches = 0;  // this rank's batches (after limit_train_batches)
   int64_t accumulate_grad_batches = 1;
+  // The iteration the epoch starts at: 0, or where a mid-epoch checkpoint
+  // left it (at an accumulation window's end).
+  int64_t first_iteration = 0;
   // The loop's optimizer step (clipping, step, hooks, zero_grad, global_step,
   // per-step scheduler) on gradients already in param.grad, for a rank with
   // no micro-batch in a window that steps with the others (lockstep Join).

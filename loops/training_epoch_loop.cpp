@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include <csignal>
 
@@ -68,12 +69,16 @@ void TrainingEpochLoop::run(LoopContext& ctx, DataLoader& train, DataLoader* val
   // point: here after its micro-batch (real or padding), or on a rank that
   // joined, after it shadowed the iteration (EpochPlan::joined_iteration_end).
   // Validation points count iterations of the whole epoch (the longest rank's).
+  // A resumed run starts where its mid-epoch checkpoint left the epoch.
+  const int64_t start = std::exchange(ctx.state.resume_iteration, 0);
+  ctx.state.epoch_iteration = start;
   int64_t length = n;
   int64_t val_every = 1;
-  int64_t last_iteration = -1;
+  int64_t last_iteration = start - 1;
   int64_t last_step = ctx.state.global_step;
   auto iteration_end = [&](int64_t it) {
     last_iteration = it;
+    ctx.state.epoch_iteration = it + 1;
     if (ctx.state.global_step != last_step) {
       last_step = ctx.state.global_step;
       ctx.hooks.call(&Callback::on_after_optimizer_step);
@@ -81,12 +86,12 @@ void TrainingEpochLoop::run(LoopContext& ctx, DataLoader& train, DataLoader* val
     if (validate_this_epoch && (it + 1) % val_every == 0 && it + 1 < length) run_validation(ctx, *val);
   };
   auto epoch = ctx.strategy.training_epoch_context(
-      ctx.module, EpochPlan{n, k, optimization.joined_step(ctx), iteration_end});
+      ctx.module, EpochPlan{n, k, start, optimization.joined_step(ctx), iteration_end});
   length = epoch->epoch_length();
   val_every = val_check_batch(ctx.options, length);
   const int64_t iterations = epoch->num_iterations();
   Batch first;
-  for (int64_t it = 0; it < iterations; ++it) {
+  for (int64_t it = start; it < iterations; ++it) {
     const bool window_end = (it + 1) % k == 0 || it + 1 == iterations;
     auto guard = epoch->batch(it, window_end);
     if (it >= n) {
@@ -95,7 +100,7 @@ void TrainingEpochLoop::run(LoopContext& ctx, DataLoader& train, DataLoader* val
     } else {
       ctx.state.batch_idx = it;
       Batch batch = train.get(it);
-      if (it == 0) {
+      if (it == start) {
         first = batch;
       } else {
         check_like_first(first, batch, ctx, it);

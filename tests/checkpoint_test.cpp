@@ -168,6 +168,34 @@ TEST_F(CheckpointTest, ResumeAfterEpochKEqualsUninterruptedRun) {
   expect_same_weights(*straight, *resumed);
 }
 
+// A checkpoint taken mid-epoch (after an optimizer step) holds where the
+// epoch was: resumed, the run ends with the uninterrupted run's weights,
+// bitwise (dropout's generator, Adam, the scheduler and the loader's order
+// included).
+TEST_F(CheckpointTest, ResumeMidEpochEqualsUninterruptedRun) {
+  constexpr int64_t kEpochs = 3;  // 6 batches per epoch, accumulate 2: 3 steps per epoch
+  torch::manual_seed(0);
+  auto straight = std::make_shared<Reference>();
+  auto every = std::make_shared<lt::ModelCheckpoint>(
+      lt::ModelCheckpointOptions().dirpath((dir_ / "ckpt").string()).every_n_train_steps(2).save_top_k(-1));
+  lt::Trainer a(options(kEpochs).accumulate_grad_batches(2).callbacks({every}));
+  a.fit(straight, data(true), data(false));
+  ASSERT_EQ(a.global_step(), 9);
+  for (const char* name : {"epoch=0-step=2.ckpt", "epoch=1-step=4.ckpt", "epoch=2-step=8.ckpt"}) {
+    const std::string path = (dir_ / "ckpt" / name).string();
+    ASSERT_TRUE(fs::exists(path)) << path;
+    auto ckpt = lt::pickle_load_file(path).toGenericDict();
+    ASSERT_TRUE(ckpt.contains("epoch_iteration")) << name;
+    EXPECT_EQ(ckpt.at("epoch_iteration").toInt(), ckpt.at("global_step").toInt() % 3 * 2) << name;
+    torch::manual_seed(999);
+    auto resumed = std::make_shared<Reference>();
+    lt::Trainer c(options(kEpochs).accumulate_grad_batches(2));
+    c.fit(resumed, data(true), data(false), path);
+    EXPECT_EQ(c.global_step(), a.global_step()) << name;
+    expect_same_weights(*straight, *resumed);
+  }
+}
+
 TEST_F(CheckpointTest, CorruptAndForeignFilesGiveClearErrors) {
   const std::string bad = (dir_ / "bad.ckpt").string();
   std::ofstream(bad) << "not a checkpoint";

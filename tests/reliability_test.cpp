@@ -213,6 +213,7 @@ TEST(Signals, SigtermStopsAtTheStepBoundaryAndCheckpoints) {
   // accumulate 2: the signal arrives in batch 4 (window [4, 6)), the run stops after batch 5's step.
   lt::Trainer trainer(lt::TrainerOptions().max_epochs(3).accumulate_grad_batches(2).default_root_dir(
       dir.path.string()).callbacks({signal_cb}));
+  torch::manual_seed(0);
   try {
     trainer.fit(std::make_shared<Tiny>(), data);
     FAIL() << "expected lt::Interrupted";
@@ -224,6 +225,22 @@ TEST(Signals, SigtermStopsAtTheStepBoundaryAndCheckpoints) {
   auto ckpt = lt::pickle_load_file((dir.path / "interrupted.ckpt").string()).toGenericDict();
   EXPECT_EQ(ckpt.at("global_step").toInt(), 3);
   EXPECT_EQ(ckpt.at("epoch").toInt(), 0);
+  EXPECT_EQ(ckpt.at("epoch_iteration").toInt(), 6);  // mid-epoch: batches [0, 6) of 10 are done
+  // Resumed from it, the run ends with the weights of one never interrupted.
+  auto run = [&](int seed, const std::string& ckpt_path) {
+    torch::manual_seed(seed);
+    auto model = std::make_shared<Tiny>();
+    lt::Trainer t(lt::TrainerOptions().max_epochs(3).accumulate_grad_batches(2).default_root_dir(dir.path.string()));
+    t.fit(model, data, nullptr, ckpt_path);
+    EXPECT_EQ(t.global_step(), 15);
+    std::vector<torch::Tensor> out;
+    for (const auto& p : model->parameters()) out.push_back(p.detach().clone());
+    return out;
+  };
+  const auto straight = run(0, "");
+  const auto resumed = run(7, (dir.path / "interrupted.ckpt").string());
+  ASSERT_EQ(straight.size(), resumed.size());
+  for (size_t i = 0; i < straight.size(); ++i) EXPECT_TRUE(straight[i].equal(resumed[i])) << "parameter " << i;
   // The handlers are gone after fit: the default action is back.
   struct sigaction current {};
   sigaction(SIGTERM, nullptr, &current);

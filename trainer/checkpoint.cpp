@@ -132,6 +132,9 @@ StateDict Trainer::dump_checkpoint() {
   ckpt.insert("state_dict", module_state_dict(*module_));
   ckpt.insert("epoch", state_.epoch_ended ? state_.current_epoch + 1 : state_.current_epoch);
   ckpt.insert("global_step", state_.global_step);
+  // Mid-epoch: where the epoch is, so that a resumed run goes on from there
+  // (the loader's order is fixed by its seed and the epoch).
+  if (state_.stage == Stage::kTrain && !state_.epoch_ended) ckpt.insert("epoch_iteration", state_.epoch_iteration);
   if (optim_.optimizer) ckpt.insert("optimizer", optimizer_to_bytes(*optim_.optimizer));
   if (optim_.lr_scheduler) ckpt.insert("lr_scheduler", optim_.lr_scheduler->state_dict());
   StateDict callbacks = new_state_dict();
@@ -175,6 +178,7 @@ void Trainer::restore_checkpoint(const std::string& path) {
   load_module_state_dict(*module_, state_dict_from(loaded, path));
   state_.current_epoch = raw.at("epoch").toInt();
   state_.global_step = raw.at("global_step").toInt();
+  state_.resume_iteration = raw.contains("epoch_iteration") ? raw.at("epoch_iteration").toInt() : 0;
   if (optim_.optimizer && raw.contains("optimizer")) optimizer_from_bytes(*optim_.optimizer, raw.at("optimizer").toTensor());
   auto to_state = [](const c10::IValue& v) { return StateDict(v.toGenericDict()); };
   if (optim_.lr_scheduler && raw.contains("lr_scheduler")) {

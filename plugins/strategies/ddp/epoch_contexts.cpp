@@ -201,7 +201,7 @@ class DDPJoinEpochContext : public TrainingEpochContext {
   std::unique_ptr<LoopJoinable> loop_;
   std::unique_ptr<Join> join_;
   int64_t length_ = plan().num_batches;  // the longest rank's num_batches
-  int64_t next_iteration_ = 0;           // the iteration this rank would run next; joined: shadows next
+  int64_t next_iteration_ = plan().first_iteration;  // the iteration this rank runs, or shadows, next
   bool finished_ = false;
 };
 
