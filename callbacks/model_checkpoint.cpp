@@ -242,6 +242,23 @@ void ModelCheckpoint::remove(Trainer& trainer, const std::string& path) {
   fs::remove(path, ec);
 }
 
+std::string ModelCheckpoint::checkpoint_path(const std::string& which) const {
+  if (which == "best") return best_model_path_;
+  if (which != "last" || dirpath_.empty()) return {};
+  std::error_code ec;
+  std::string newest;
+  fs::file_time_type newest_time;
+  for (const auto& entry : fs::directory_iterator(dirpath_, ec)) {
+    if (entry.path().extension() != kFileExtension || !entry.is_regular_file(ec)) continue;
+    const auto time = entry.last_write_time(ec);
+    if (newest.empty() || time > newest_time) {
+      newest = entry.path().string();
+      newest_time = time;
+    }
+  }
+  return newest;
+}
+
 StateDict ModelCheckpoint::state_dict() const {
   StateDict s = new_state_dict();
   s.insert("monitor", options_.monitor());

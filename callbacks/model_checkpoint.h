@@ -53,6 +53,8 @@ class ModelCheckpoint : public Callback {
 
   void setup(Trainer& trainer, LightningModule& module, Stage stage) override;
   void on_after_optimizer_step(Trainer& trainer, LightningModule& module) override;
+  // "best": best_model_path(); "last": the newest .ckpt in dirpath (after setup).
+  std::string checkpoint_path(const std::string& which) const override;
   void on_train_epoch_end(Trainer& trainer, LightningModule& module) override;
 
   StateDict state_dict() const override;

@@ -484,7 +484,11 @@ ConfigNode resolve_config(const ConfigNode& config, const Registry& registry, co
     out.set("ckpt_path", ConfigNode::null());
   } else {
     if (!ckpt->is_scalar()) fail(ckpt->source, "ckpt_path", c10::str("expected a path (a string), got ", ckpt->describe()));
-    if (!fs::is_regular_file(ckpt->value)) fail(ckpt->source, "ckpt_path", c10::str("'", ckpt->value, "' does not exist"));
+    const bool named = subcommand == "fit" && (ckpt->value == "last" || ckpt->value == "best");
+    if (!named && !fs::is_regular_file(ckpt->value)) {
+      fail(ckpt->source, "ckpt_path",
+           c10::str("'", ckpt->value, "' does not exist", subcommand == "fit" ? " (or say last or best)" : ""));
+    }
     out.set("ckpt_path", ConfigNode::scalar(ckpt->value, ckpt->source, true));
   }
 

@@ -92,6 +92,10 @@ class Callback {
 
   virtual StateDict state_dict() const { return new_state_dict(); }
   virtual void load_state_dict(const StateDict& /*state*/) {}
+
+  // A checkpointing callback's answer to ckpt_path "last" (its newest
+  // checkpoint) or "best" (its best one): a path, or empty.
+  virtual std::string checkpoint_path(const std::string& /*which*/) const { return {}; }
 };
 
 }  // namespace lt

@@ -194,6 +194,24 @@ TEST_F(CheckpointTest, ResumeMidEpochEqualsUninterruptedRun) {
     EXPECT_EQ(c.global_step(), a.global_step()) << name;
     expect_same_weights(*straight, *resumed);
   }
+  // ckpt_path "last": the newest checkpoint in the ModelCheckpoint's folder (step 9's); "best" with none: an error.
+  auto in_folder = [&] {
+    return std::make_shared<lt::ModelCheckpoint>(lt::ModelCheckpointOptions().dirpath((dir_ / "ckpt").string()));
+  };
+  auto resumed = std::make_shared<Reference>();
+  lt::Trainer d(options(kEpochs).accumulate_grad_batches(2).callbacks({in_folder()}));
+  d.fit(resumed, data(true), data(false), "last");
+  EXPECT_EQ(d.global_step(), 9);
+  expect_same_weights(*straight, *resumed);
+  lt::Trainer e(options(kEpochs).callbacks({std::make_shared<lt::ModelCheckpoint>(
+      lt::ModelCheckpointOptions().dirpath((dir_ / "empty").string()))}));
+  try {
+    e.fit(std::make_shared<Reference>(), data(true), data(false), "best");
+    FAIL() << "ckpt_path best without a checkpoint was accepted";
+  } catch (const lt::ValueError& error) {
+    EXPECT_NE(std::string(error.what()).find("ckpt_path: best: no best checkpoint was found"), std::string::npos)
+        << error.what();
+  }
 }
 
 TEST_F(CheckpointTest, CorruptAndForeignFilesGiveClearErrors) {

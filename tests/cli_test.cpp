@@ -241,7 +241,7 @@ TEST_F(CliTest, FactoryErrorGetsTheClassLocation) {
 
 TEST_F(CliTest, MissingCheckpointFile) {
   expect_config_error("model: TinyNet\ndata: TinyData\nckpt_path: nowhere.ckpt\n",
-                      "{f}:3: ckpt_path: 'nowhere.ckpt' does not exist");
+                      "{f}:3: ckpt_path: 'nowhere.ckpt' does not exist (or say last or best)");
 }
 
 TEST_F(CliTest, InvalidYaml) {

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include <lightning_cpp/core/check.h>
+#include <lightning_cpp/core/env.h>
 #include <lightning_cpp/core/rank_zero.h>
 #include <lightning_cpp/core/signals.h>
 #include <lightning_cpp/plugins/environments/cluster_environment.h>
@@ -12,6 +13,8 @@
 #include <lightning_cpp/plugins/strategies/single_device.h>
 
 namespace lt {
+
+namespace fs = std::filesystem;
 
 struct Trainer::Run {
   Run(Trainer& trainer, LightningModule& module, std::vector<std::shared_ptr<Callback>> callbacks, Logger* logger)
@@ -58,6 +61,38 @@ std::string Trainer::log_dir() const {
   if (agreed_log_dir_) return *agreed_log_dir_;
   if (options_.logger() && !options_.logger()->log_dir().empty()) return options_.logger()->log_dir();
   return options_.default_root_dir();
+}
+
+std::string Trainer::resolve_ckpt_path(const std::string& ckpt_path, Run& run) {
+  // A worker torchrun restarted after a failure (--max_restarts) resumes from the newest checkpoint.
+  const bool restarted = ckpt_path.empty() && env::get_int("TORCHELASTIC_RESTART_COUNT").value_or(0) > 0;
+  const std::string which = restarted ? "last" : ckpt_path;
+  if (which != "last" && which != "best") return ckpt_path;
+  std::string path;
+  fs::file_time_type newest;
+  for (const auto& cb : run.hooks.callbacks()) {
+    const std::string candidate = cb->checkpoint_path(which);
+    std::error_code ec;
+    if (candidate.empty() || !fs::exists(candidate, ec)) continue;
+    const auto time = fs::last_write_time(candidate, ec);
+    if (path.empty() || (which == "last" && time > newest)) {
+      path = candidate;
+      newest = time;
+    }
+  }
+  // Every rank resumes from the file rank 0 found.
+  if (strategy_->world_size() > 1) path = strategy_->all_gather_bytes(path).at(0);
+  if (path.empty()) {
+    LT_CHECK_VALUE(restarted, "ckpt_path: ", which, ": no ", which,
+                   " checkpoint was found (it comes from a ModelCheckpoint callback: its dirpath, or its best model "
+                   "in this Trainer)");
+    rank_zero_info("lightning-cpp: restarted by torchrun (TORCHELASTIC_RESTART_COUNT=",
+                   env::get_int("TORCHELASTIC_RESTART_COUNT").value_or(0), ") with no checkpoint yet: starting anew");
+    return {};
+  }
+  rank_zero_info("lightning-cpp: resuming from ", path, " (ckpt_path: ", which,
+                 restarted ? ", after a restart by torchrun)" : ")");
+  return path;
 }
 
 std::shared_ptr<DataLoader> Trainer::prepare_loader(std::shared_ptr<DataLoader> loader, Stage stage) {
@@ -149,7 +184,8 @@ void Trainer::fit(const std::shared_ptr<LightningModule>& module, std::shared_pt
   try {
     run->hooks.call(&Callback::on_fit_start);
     module->on_fit_start();
-    if (!ckpt_path.empty()) restore_checkpoint(ckpt_path);
+    const std::string resume_from = resolve_ckpt_path(ckpt_path, *run);
+    if (!resume_from.empty()) restore_checkpoint(resume_from);
     if (ctx.logger != nullptr) {
       HParams hp = module->hparams();
       ctx.logger->log_hyperparams(hp);

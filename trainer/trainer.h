@@ -93,6 +93,11 @@ class Trainer {
   // rank's part, on_exception, the interrupted checkpoint (fit), the
   // logger's "failed"/"interrupted", teardown; then throws what the run ends with.
   [[noreturn]] void fail(Run& run, const std::exception& caught);
+  // fit's ckpt_path: a path as given; "last" (the newest checkpoint of the
+  // callbacks, e.g. ModelCheckpoint's dirpath) or "best" resolved, the same on
+  // every rank; empty and restarted by torchrun (TORCHELASTIC_RESTART_COUNT > 0):
+  // "last", if there is one yet.
+  std::string resolve_ckpt_path(const std::string& ckpt_path, Run& run);
   std::shared_ptr<DataLoader> prepare_loader(std::shared_ptr<DataLoader> loader, Stage stage);
   std::map<std::string, double> evaluate(const std::shared_ptr<LightningModule>& module,
                                          std::shared_ptr<DataLoader> loader, Stage stage);

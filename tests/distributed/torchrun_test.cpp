@@ -7,6 +7,7 @@
 // those of the local spawn (devices: 2) with the same data.
 #include <gtest/gtest.h>
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -15,6 +16,7 @@
 #include <fstream>
 #include <sstream>
 
+#include <lightning_cpp/callbacks/model_checkpoint.h>
 #include <lightning_cpp/plugins/launchers/subprocess_script.h>
 #include <lightning_cpp/plugins/strategies/ddp.h>
 #include <lightning_cpp/trainer/trainer.h>
@@ -58,6 +60,23 @@ LT_TEST_WORKER(TorchrunFit) {
   auto options = lt::TrainerOptions().max_epochs(2).enable_progress_bar(false).default_root_dir(env_str("LT_OUT"));
   if (spawn) options.devices(2).strategy(std::make_shared<lt::DDPStrategy>());
   if (manual) options.num_nodes(2).strategy(std::make_shared<lt::DDPStrategy>());
+  if (env_str("LT_MODE") == "elastic") {
+    // Checkpoints every 2 steps; in torchrun's first attempt rank 1 dies at step 9 (after step 8's save).
+    struct DieAtStep9 : lt::Callback {
+      std::string name() const override { return "DieAtStep9"; }
+      void on_after_optimizer_step(lt::Trainer& trainer, lt::LightningModule&) override {
+        if (trainer.global_step() == 9 && trainer.strategy().global_rank() == 1 &&
+            env_str("TORCHELASTIC_RESTART_COUNT") == "0") {
+          ::raise(SIGKILL);
+        }
+      }
+    };
+    options.callbacks({std::make_shared<lt::ModelCheckpoint>(lt::ModelCheckpointOptions()
+                                                                  .dirpath(env_str("LT_OUT") + "/ckpt")
+                                                                  .every_n_train_steps(2)
+                                                                  .save_top_k(-1)),
+                       std::make_shared<DieAtStep9>()});
+  }
   lt::Trainer trainer(options);
   auto loader = std::make_shared<lt::DataLoader>(std::make_shared<lt::TensorDataset>(x, y),
                                                  lt::DataLoaderOptions(4).shuffle(true).seed(3));
@@ -166,9 +185,8 @@ TEST_F(Torchrun, OneNodeOfTwoRanksWithTheAgentsStore) {
   const std::string dir = fresh_dir("static");
   std::string why;
   const std::string port = std::to_string(lt::find_free_port());
-  ASSERT_TRUE(run_launchers(dir, {torchrun({"--nproc_per_node", "2", "--master_port", port, "--log_dir", dir + "/logs"})},
-                            {}, &why))
-      << why;
+  const auto command = torchrun({"--nproc_per_node", "2", "--master_port", port, "--log_dir", dir + "/logs"});
+  ASSERT_TRUE(run_launchers(dir, {command}, {}, &why)) << why;
   EXPECT_NE(read_file(dir + "/launcher0.log").find("no strategy given and the environment has 2 ranks"),
             std::string::npos);
   expect_reference_weights(dir);
@@ -209,6 +227,22 @@ TEST_F(Torchrun, Standalone) {
   ASSERT_TRUE(run_launchers(dir, {torchrun({"--standalone", "--nproc_per_node", "2", "--log_dir", dir + "/logs"})}, {},
                             &why))
       << why;
+  expect_reference_weights(dir);
+  std::filesystem::remove_all(dir);
+}
+
+// torchrun --max_restarts 1: a worker killed mid-epoch makes torchrun
+// restart the group; the restarted workers resume from the newest checkpoint
+// (step 8, mid-epoch) by themselves and end with the never-killed weights.
+TEST_F(Torchrun, ARestartedGroupResumesFromTheLastCheckpoint) {
+  const std::string dir = fresh_dir("elastic");
+  std::string why;
+  ASSERT_TRUE(run_launchers(dir, {torchrun({"--standalone", "--nproc_per_node", "2", "--max_restarts", "1",
+                                            "--log_dir", dir + "/logs"})},
+                            {{"LT_MODE", "elastic"}}, &why))
+      << why;
+  const std::string log = read_file(dir + "/launcher0.log");
+  EXPECT_NE(log.find("epoch=1-step=8.ckpt (ckpt_path: last, after a restart by torchrun)"), std::string::npos) << log;
   expect_reference_weights(dir);
   std::filesystem::remove_all(dir);
 }
