@@ -10,6 +10,8 @@
 
 namespace lt {
 
+class Callback;
+
 struct RunState {
   Stage stage = Stage::kNone;
   int64_t current_epoch = 0;
@@ -32,6 +34,8 @@ struct RunState {
   // (Join) does not run: the hooks' names. A strategy whose ranks may have
   // joined refuses a collective issued then (it could not be matched).
   const char* unmatched_hooks = nullptr;
+  // The callback whose hook is running, if any (for messages).
+  const Callback* running_callback = nullptr;
   // Latest value of each logged metric (step or epoch), what monitors read.
   std::map<std::string, double> callback_metrics;
   // What went to the logger at the last log call.

@@ -22,12 +22,17 @@ namespace lt {
 // Calls a hook on every callback, in priority order, with (Trainer&, module&, args...).
 class CallbackHooks {
  public:
-  CallbackHooks(Trainer& trainer, LightningModule& module, std::vector<std::shared_ptr<Callback>> callbacks)
-      : trainer_(trainer), module_(module), callbacks_(std::move(callbacks)) {}
+  CallbackHooks(Trainer& trainer, LightningModule& module, std::vector<std::shared_ptr<Callback>> callbacks,
+                RunState& state)
+      : trainer_(trainer), module_(module), callbacks_(std::move(callbacks)), state_(state) {}
 
   template <typename... HookArgs, typename... Args>
   void call(void (Callback::*hook)(Trainer&, LightningModule&, HookArgs...), Args&&... args) {
-    for (auto& callback : callbacks_) ((*callback).*hook)(trainer_, module_, args...);
+    for (auto& callback : callbacks_) {
+      state_.running_callback = callback.get();
+      ((*callback).*hook)(trainer_, module_, args...);
+    }
+    state_.running_callback = nullptr;
   }
   const std::vector<std::shared_ptr<Callback>>& callbacks() const { return callbacks_; }
 
@@ -35,6 +40,7 @@ class CallbackHooks {
   Trainer& trainer_;
   LightningModule& module_;
   std::vector<std::shared_ptr<Callback>> callbacks_;
+  RunState& state_;
 };
 
 struct LoopContext {

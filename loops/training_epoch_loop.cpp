@@ -65,10 +65,6 @@ void TrainingEpochLoop::run(LoopContext& ctx, DataLoader& train, DataLoader* val
   OptimizationLoop& optimization = ctx.module.automatic_optimization() ? *automatic_ : *manual_;
   ResultCollection& results = ctx.use_results(Stage::kTrain, true);
 
-  // The end of every iteration of the epoch, on every rank at the same
-  // point: here after its micro-batch (real or padding), or on a rank that
-  // joined, after it shadowed the iteration (EpochPlan::joined_iteration_end).
-  // Validation points count iterations of the whole epoch (the longest rank's).
   // A resumed run starts where its mid-epoch checkpoint left the epoch.
   const int64_t start = std::exchange(ctx.state.resume_iteration, 0);
   ctx.state.epoch_iteration = start;
@@ -76,6 +72,10 @@ void TrainingEpochLoop::run(LoopContext& ctx, DataLoader& train, DataLoader* val
   int64_t val_every = 1;
   int64_t last_iteration = start - 1;
   int64_t last_step = ctx.state.global_step;
+  // The end of every iteration of the epoch, on every rank at the same
+  // point: here after its micro-batch (real or padding), or on a rank that
+  // joined, after it shadowed the iteration (EpochPlan::joined_iteration_end).
+  // Validation points count iterations of the whole epoch (the longest rank's).
   auto iteration_end = [&](int64_t it) {
     last_iteration = it;
     ctx.state.epoch_iteration = it + 1;

@@ -18,7 +18,7 @@ namespace fs = std::filesystem;
 
 struct Trainer::Run {
   Run(Trainer& trainer, LightningModule& module, std::vector<std::shared_ptr<Callback>> callbacks, Logger* logger)
-      : hooks(trainer, module, std::move(callbacks)),
+      : hooks(trainer, module, std::move(callbacks), trainer.state_),
         ctx{trainer.options_, trainer.state_, *trainer.strategy_, module, hooks, logger, trainer.results_,
             &trainer.optim_} {}
   CallbackHooks hooks;

@@ -56,6 +56,8 @@ struct SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFun
     ctx->save_for_backward({input, weight, mean, invstd});
     ctx->saved_data["total"] = total;
     ctx->saved_data["active_ranks"] = active_ranks;
+    // The backward needs the layer's process group: saved_data holds IValues
+    // only, so the layer goes as its address (it outlives its forward's graph).
     ctx->saved_data["layer"] = reinterpret_cast<int64_t>(layer);
     ctx->saved_data["layer_index"] = layer_index;
     return out;

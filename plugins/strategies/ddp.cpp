@@ -3,6 +3,7 @@
 #include <csignal>
 #include <cstring>
 
+#include <lightning_cpp/core/callback.h>
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/env.h>
 #include <lightning_cpp/core/collective_layer.h>
@@ -207,7 +208,10 @@ void DDPStrategy::check_features(const FeatureSet& features) {
 
 void DDPStrategy::check_matched(const char* collective) const {
   if (!uneven_join_ || run_state_ == nullptr || run_state_->unmatched_hooks == nullptr) return;
-  throw Error(c10::str("strategy ddp: ", collective, " issued in ", run_state_->unmatched_hooks, " (rank ", rank_,
+  const Callback* callback = run_state_->running_callback;
+  throw Error(c10::str("strategy ddp: ", collective, " issued ",
+                       callback != nullptr ? c10::str("by callback ", callback->name(), " ") : std::string(), "in ",
+                       run_state_->unmatched_hooks, " (rank ", rank_,
                        ", epoch ", run_state_->current_epoch, ", batch ", run_state_->batch_idx,
                        "): the ranks have uneven inputs under Join, and a rank that ran out of data does not run these "
                        "hooks, so it could not match the collective. Issue it in on_after_optimizer_step, an "
