@@ -5,8 +5,8 @@
 
 #include <lightning_cpp/core/callback.h>
 #include <lightning_cpp/core/check.h>
-#include <lightning_cpp/core/env.h>
 #include <lightning_cpp/core/collective_layer.h>
+#include <lightning_cpp/core/env.h>
 #include <lightning_cpp/core/lightning_module.h>
 #include <lightning_cpp/core/rank_zero.h>
 #include <lightning_cpp/core/run_state.h>
@@ -34,7 +34,7 @@ int64_t DDPStrategy::local_rank() const {
 }
 
 void DDPStrategy::setup_environment(const TrainerOptions& options) {
-  if (process_group_) return;  // fit, then validate/test: one process group per process
+  if (process_group()) return;  // fit, then validate/test: one process group per process
   LT_CHECK_VALUE(options.devices() >= 1, "strategy ddp: devices must be >= 1, got ", options.devices());
   LT_CHECK_VALUE(options.num_nodes() >= 1, "strategy ddp: num_nodes must be >= 1, got ", options.num_nodes());
   // Fail before launching anything.
@@ -86,7 +86,6 @@ void DDPStrategy::setup_environment(const TrainerOptions& options) {
   const std::chrono::milliseconds timeout = options_.process_group_timeout();
   DistributedConnection connection = init_process_group(*environment_, backend, timeout);
   connection_ = connection;
-  process_group_ = connection.process_group;
   if (world_size_ > 1) {
     // A peer that died makes gloo's next send hit a closed socket: let that
     // be an EPIPE error the watchdog reports, not a SIGPIPE that kills this
@@ -101,7 +100,7 @@ void DDPStrategy::setup_environment(const TrainerOptions& options) {
 }
 
 void DDPStrategy::setup(LightningModule& module) {
-  LT_INTERNAL_ASSERT(process_group_, "strategy ddp: setup() before setup_environment()");
+  LT_INTERNAL_ASSERT(process_group(), "strategy ddp: setup() before setup_environment()");
   run_state_ = module.runtime().state;
   uneven_join_ = false;
   if (watchdog_) {
@@ -129,7 +128,7 @@ void DDPStrategy::setup(LightningModule& module) {
   }
   for (size_t i = 0; i < layers.size(); ++i) layers[i]->set_process_group(layer_sync_group_, static_cast<int64_t>(i));
   auto scope = watch("broadcast of the initial parameters (DDP setup)");
-  ddp_ = std::make_unique<DistributedDataParallel>(holder, process_group_,
+  ddp_ = std::make_unique<DistributedDataParallel>(holder, process_group(),
                                                    DistributedDataParallelOptions()
                                                        .bucket_cap_mb(options_.bucket_cap_mb())
                                                        .find_unused_parameters(options_.find_unused_parameters())
@@ -160,7 +159,7 @@ std::exception_ptr DDPStrategy::on_exception(const std::exception& e) {
 }
 
 void DDPStrategy::process_dataloader(DataLoader& loader, Stage stage, const TrainerOptions& options) {
-  if (!process_group_) return;
+  if (!process_group()) return;
   const bool sharded = shard_dataloader(loader, stage, options_.uneven_inputs(), rank_, world_size_);
   if (sharded && stage == Stage::kTrain && options_.uneven_inputs() == UnevenInputs::kError) {
     const std::string listing = uneven_counts(*this, options.limit_train_batches().apply(loader.size()));
@@ -232,7 +231,7 @@ std::unique_ptr<TrainingEpochContext> DDPStrategy::training_epoch_context(Lightn
 // -- collectives ------------------------------------------------------------------
 
 torch::Tensor DDPStrategy::reduce(const torch::Tensor& tensor, ReduceOp op) {
-  if (!process_group_) return tensor;
+  if (!process_group()) return tensor;
   check_matched("reduce");
   torch::Tensor t = tensor.detach().to(device_).clone().contiguous();
   if (op == ReduceOp::kMean && !t.is_floating_point()) t = t.to(torch::kDouble);
@@ -241,13 +240,13 @@ torch::Tensor DDPStrategy::reduce(const torch::Tensor& tensor, ReduceOp op) {
                                                                                      : c10d::ReduceOp::SUM;
   std::vector<torch::Tensor> tensors{t};
   auto scope = watch("allreduce (strategy reduce)");
-  process_group_->allreduce(tensors, opts)->wait();
+  process_group()->allreduce(tensors, opts)->wait();
   if (op == ReduceOp::kMean) t.div_(static_cast<double>(world_size_));
   return t.to(tensor.device());
 }
 
 torch::Tensor DDPStrategy::all_gather(const torch::Tensor& tensor) {
-  if (!process_group_) return Strategy::all_gather(tensor);
+  if (!process_group()) return Strategy::all_gather(tensor);
   check_matched("all_gather");
   torch::Tensor t = tensor.detach().to(device_).contiguous();
   // Shapes first: a mismatch is an error on every rank instead of a hang.
@@ -260,7 +259,7 @@ torch::Tensor DDPStrategy::all_gather(const torch::Tensor& tensor) {
   for (int64_t r = 0; r < world_size_; ++r) shapes_out[0].push_back(torch::empty_like(shape));
   std::vector<torch::Tensor> shape_in{shape};
   auto scope = watch("allgather (strategy all_gather)");
-  process_group_->allgather(shapes_out, shape_in)->wait();
+  process_group()->allgather(shapes_out, shape_in)->wait();
   for (int64_t r = 0; r < world_size_; ++r) {
     LT_CHECK(shapes_out[0][r][0].item<int64_t>() >= 0 && shapes_out[0][r].equal(shape),
              "strategy ddp: all_gather needs the same shape (at most ", kMaxDims, " dimensions) on every rank; rank ",
@@ -269,12 +268,12 @@ torch::Tensor DDPStrategy::all_gather(const torch::Tensor& tensor) {
   std::vector<std::vector<torch::Tensor>> out(1);
   for (int64_t r = 0; r < world_size_; ++r) out[0].push_back(torch::empty_like(t));
   std::vector<torch::Tensor> in{t};
-  process_group_->allgather(out, in)->wait();
+  process_group()->allgather(out, in)->wait();
   return torch::stack(out[0]).to(tensor.device());
 }
 
 std::vector<std::string> DDPStrategy::all_gather_bytes(const std::string& bytes) {
-  if (!process_group_) return Strategy::all_gather_bytes(bytes);
+  if (!process_group()) return Strategy::all_gather_bytes(bytes);
   // The sizes, then every rank's bytes padded to the longest.
   const torch::Tensor sizes = all_gather(torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kLong)).flatten();
   const int64_t longest = std::max<int64_t>(1, sizes.max().item<int64_t>());  // gloo: no empty tensors
@@ -290,7 +289,7 @@ std::vector<std::string> DDPStrategy::all_gather_bytes(const std::string& bytes)
 }
 
 torch::Tensor DDPStrategy::broadcast(const torch::Tensor& tensor, int64_t src) {
-  if (!process_group_) return tensor;
+  if (!process_group()) return tensor;
   check_matched("broadcast");
   LT_CHECK(src >= 0 && src < world_size_, "strategy ddp: broadcast from rank ", src, " but the world size is ",
            world_size_);
@@ -299,19 +298,19 @@ torch::Tensor DDPStrategy::broadcast(const torch::Tensor& tensor, int64_t src) {
   opts.rootRank = src;
   std::vector<torch::Tensor> tensors{t};
   auto scope = watch("broadcast (strategy broadcast)");
-  process_group_->broadcast(tensors, opts)->wait();
+  process_group()->broadcast(tensors, opts)->wait();
   return t.to(tensor.device());
 }
 
 void DDPStrategy::barrier(const std::string& /*name*/) {
-  if (!process_group_) return;
+  if (!process_group()) return;
   check_matched("barrier");
   auto scope = watch("barrier");
-  process_group_->barrier()->wait();
+  process_group()->barrier()->wait();
 }
 
 bool DDPStrategy::reduce_boolean_decision(bool decision, bool all) {
-  if (!process_group_) return decision;
+  if (!process_group()) return decision;
   const int64_t sum = reduce(torch::tensor({decision ? 1 : 0}, torch::kLong), ReduceOp::kSum).item<int64_t>();
   return all ? sum == world_size_ : sum > 0;
 }

@@ -137,7 +137,7 @@ class DDPStrategy : public Strategy {
   // uneven_inputs, join_*, bucket and buffer options. The process group is
   // made once per process, with the first run's backend and timeout.
   DDPStrategyOptions& options() { return options_; }
-  const c10::intrusive_ptr<c10d::ProcessGroup>& process_group() const { return process_group_; }
+  const c10::intrusive_ptr<c10d::ProcessGroup>& process_group() const { return connection_.process_group; }
   // Null outside setup()..teardown().
   DistributedDataParallel* ddp() const { return ddp_.get(); }
   const ClusterEnvironment* cluster_environment() const { return environment_.get(); }
@@ -155,7 +155,6 @@ class DDPStrategy : public Strategy {
   DDPStrategyOptions options_;
   std::unique_ptr<ClusterEnvironment> environment_;
   DistributedConnection connection_;  // the store, the DDP process group
-  c10::intrusive_ptr<c10d::ProcessGroup> process_group_;
   // The collective layers' group (core/collective_layer.h), made when a module first has one.
   c10::intrusive_ptr<c10d::ProcessGroup> layer_sync_group_;
   std::unique_ptr<DistributedDataParallel> ddp_;
