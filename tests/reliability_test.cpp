@@ -433,13 +433,19 @@ std::vector<std::string> listening_addresses() {
 // interrupted. Each worker writes <dir>/pid<rank>; at global step 3 it writes
 // <dir>/listen<rank> (its listening addresses) and rank 0 writes <dir>/started.
 // A worker stopped by a signal writes <dir>/stopped<rank> with its global step.
+// The inputs are uneven: LT_UNEVEN=join: rank 0 has 5 batches per epoch, rank
+// 1 has 8 (Join); pad: 63 samples, so the sampler pads rank 1's shard.
+// LT_MAX_EPOCHS, LT_FAST (no sleep) and LT_RESUME (a ckpt_path) make the
+// same run resumed or uninterrupted; one that ends writes its parameters to
+// <dir>/weights.
 LT_TEST_WORKER(SpawnedSlowRun) {
   const fs::path dir = lt::testing::env_str("LT_DIR");
   struct Slow : Tiny {
     fs::path dir;
+    bool fast = false;
     torch::Tensor training_step(const lt::Batch& b, int64_t batch_idx) override {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      if (global_step() == 3 && batch_idx == 3) {
+      if (!fast) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      if (!fast && global_step() == 3 && batch_idx == 3) {
         std::ofstream listen(dir / ("listen" + std::to_string(global_rank())));
         for (const auto& address : listening_addresses()) listen << address << "\n";
         listen.close();
@@ -451,22 +457,33 @@ LT_TEST_WORKER(SpawnedSlowRun) {
   torch::manual_seed(0);
   auto model = std::make_shared<Slow>();
   model->dir = dir;
+  model->fast = lt::testing::env_int("LT_FAST") != 0;
   if (std::getenv("RANK") != nullptr) std::ofstream(dir / ("pid" + lt::testing::env_str("RANK"))) << ::getpid();
+  const bool pad = lt::testing::env_str("LT_UNEVEN") == "pad";
   auto ddp_options = lt::DDPStrategyOptions()
                          .process_group_timeout(std::chrono::seconds(10))
                          .worker_log_dir((dir / "logs").string());
-  if (lt::testing::env_str("LT_UNEVEN") == "pad") ddp_options.uneven_inputs(lt::UnevenInputs::kPad);
+  if (pad) ddp_options.uneven_inputs(lt::UnevenInputs::kPad);
   auto options = lt::TrainerOptions()
                      .strategy(std::make_shared<lt::DDPStrategy>(ddp_options))
                      .devices(2)
-                     .max_epochs(50)
+                     .max_epochs(lt::testing::env_int("LT_MAX_EPOCHS", 50))
                      .enable_progress_bar(false)
                      .default_root_dir(dir.string());
+  if (!pad) options.limit_train_batches(lt::testing::env_int("RANK") == 0 ? 5 : 8);
   lt::Trainer trainer(options);
+  const int64_t samples = pad ? 63 : 64;
   auto data = std::make_shared<lt::DataLoader>(
-      std::make_shared<lt::TensorDataset>(torch::randn({64, 2}), torch::randn({64, 1})), lt::DataLoaderOptions(4));
+      std::make_shared<lt::TensorDataset>(torch::randn({samples, 2}), torch::randn({samples, 1})),
+      lt::DataLoaderOptions(4));
   try {
-    trainer.fit(model, data);  // the supervisor launches, waits and exits here
+    // The supervisor launches, waits and exits here.
+    trainer.fit(model, data, nullptr, lt::testing::env_str("LT_RESUME"));
+    if (trainer.is_global_zero() && std::getenv("RANK") != nullptr) {
+      std::vector<torch::Tensor> weights;
+      for (const auto& p : model->parameters()) weights.push_back(p.detach());
+      lt::atomic_pickle_save(c10::List<torch::Tensor>(weights), (dir / "weights").string());
+    }
   } catch (const lt::Interrupted& e) {
     std::ofstream(dir / ("stopped" + lt::testing::env_str("RANK"))) << trainer.state().global_step;
     return 0;
@@ -570,6 +587,43 @@ TEST_P(SignalToLauncher, EveryRankStopsAtOneStepAndRankZeroCheckpoints) {
           << name << ": a socket listens on " << address << " (hex), not on 127.0.0.1";
     }
   }
+}
+
+// Resumed from the interrupted.ckpt of a SIGTERM mid-epoch, the uneven DDP
+// run (pad, Join) ends with the weights of one never interrupted.
+TEST_P(SignalToLauncher, ResumedFromInterruptedCkptEqualsAnUninterruptedRun) {
+  TempDir dir;
+  const fs::path stopped = dir.path / "stopped", resumed = dir.path / "resumed", straight = dir.path / "straight";
+  for (const auto& d : {stopped, resumed, straight}) fs::create_directories(d);
+  auto r = supervise(stopped, GetParam(), [](pid_t supervisor, int) { kill(supervisor, SIGTERM); });
+  ASSERT_TRUE(r.exited_in_time && WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << r.output;
+  const int64_t step = read_step(stopped / "stopped0");
+  auto ckpt = lt::pickle_load_file((stopped / "interrupted.ckpt").string()).toGenericDict();
+  const int64_t per_epoch = 8, max_epochs = 12;
+  ASSERT_LT(step, per_epoch * max_epochs) << "stopped too late to compare";
+  // Where in its epoch (8 iterations, the longest rank's under Join) the run stopped.
+  EXPECT_EQ((ckpt.contains("epoch_iteration") ? ckpt.at("epoch_iteration").toInt() : 0) % per_epoch, step % per_epoch);
+  auto run = [&](const fs::path& d, const std::string& ckpt_path) {
+    const pid_t pid = start_worker("SpawnedSlowRun",
+                                   {{"LT_DIR", d.string()}, {"LT_UNEVEN", GetParam()}, {"LT_FAST", "1"},
+                                    {"LT_MAX_EPOCHS", std::to_string(max_epochs)}, {"LT_RESUME", ckpt_path}},
+                                   (d / "supervisor.log").string());
+    int status = -1;
+    bool done = false;
+    for (int i = 0; i < 1200 && !(done = waitpid(pid, &status, WNOHANG) == pid); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (!done) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+    }
+    EXPECT_TRUE(done && WIFEXITED(status) && WEXITSTATUS(status) == 0) << read_file(d / "supervisor.log");
+    return lt::pickle_load_file((d / "weights").string()).toTensorVector();
+  };
+  const auto a = run(straight, "");
+  const auto b = run(resumed, (stopped / "interrupted.ckpt").string());
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(a[i].equal(b[i])) << "parameter " << i << " (stopped at " << step << ")";
 }
 
 INSTANTIATE_TEST_SUITE_P(UnevenInputs, SignalToLauncher, ::testing::Values("join", "pad"));
