@@ -8,6 +8,7 @@
 
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/rank_zero.h>
+#include <lightning_cpp/trainer/checkpoint.h>
 #include <lightning_cpp/trainer/trainer.h>
 
 namespace lt {
@@ -243,8 +244,8 @@ void ModelCheckpoint::remove(Trainer& trainer, const std::string& path) {
 }
 
 std::string ModelCheckpoint::checkpoint_path(const std::string& which) const {
-  if (which == "best") return best_model_path_;
-  if (which != "last" || dirpath_.empty()) return {};
+  if (which == "best" && !best_model_path_.empty()) return best_model_path_;
+  if (dirpath_.empty() || (which != "last" && which != "best")) return {};
   std::error_code ec;
   std::string newest;
   fs::file_time_type newest_time;
@@ -256,7 +257,14 @@ std::string ModelCheckpoint::checkpoint_path(const std::string& which) const {
       newest_time = time;
     }
   }
-  return newest;
+  if (which == "last" || newest.empty()) return newest;
+  // In a new process (validate with ckpt_path best): the best model as the
+  // newest checkpoint's state of this callback names it.
+  const auto ckpt = pickle_load_file(newest).toGenericDict();
+  if (!ckpt.contains("callbacks")) return {};
+  const auto states = ckpt.at("callbacks").toGenericDict();
+  if (!states.contains(state_key())) return {};
+  return states.at(state_key()).toGenericDict().at("best_model_path").toStringRef();
 }
 
 StateDict ModelCheckpoint::state_dict() const {

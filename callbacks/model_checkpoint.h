@@ -53,7 +53,8 @@ class ModelCheckpoint : public Callback {
 
   void setup(Trainer& trainer, LightningModule& module, Stage stage) override;
   void on_after_optimizer_step(Trainer& trainer, LightningModule& module) override;
-  // "best": best_model_path(); "last": the newest .ckpt in dirpath (after setup).
+  // After setup: "last": the newest .ckpt in dirpath; "best": best_model_path()
+  // or, before this callback saved or loaded one, the newest checkpoint's.
   std::string checkpoint_path(const std::string& which) const override;
   void on_train_epoch_end(Trainer& trainer, LightningModule& module) override;
 

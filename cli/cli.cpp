@@ -484,10 +484,9 @@ ConfigNode resolve_config(const ConfigNode& config, const Registry& registry, co
     out.set("ckpt_path", ConfigNode::null());
   } else {
     if (!ckpt->is_scalar()) fail(ckpt->source, "ckpt_path", c10::str("expected a path (a string), got ", ckpt->describe()));
-    const bool named = subcommand == "fit" && (ckpt->value == "last" || ckpt->value == "best");
+    const bool named = ckpt->value == "last" || ckpt->value == "best";
     if (!named && !fs::is_regular_file(ckpt->value)) {
-      fail(ckpt->source, "ckpt_path",
-           c10::str("'", ckpt->value, "' does not exist", subcommand == "fit" ? " (or say last or best)" : ""));
+      fail(ckpt->source, "ckpt_path", c10::str("'", ckpt->value, "' does not exist (or say last or best)"));
     }
     out.set("ckpt_path", ConfigNode::scalar(ckpt->value, ckpt->source, true));
   }
@@ -638,15 +637,14 @@ int execute(const std::string& subcommand, const std::vector<std::string>& confi
     trainer.fit(run.model, run.data, run.ckpt_path);
     return kExitOk;
   }
-  if (!run.ckpt_path.empty()) load_weights(*run.model, run.ckpt_path);
   if (subcommand == "validate") {
-    auto metrics = trainer.validate(run.model, run.data);
+    auto metrics = trainer.validate(run.model, run.data, run.ckpt_path);
     if (trainer.is_global_zero()) print_metrics(out, "Validation metrics:", metrics);
   } else if (subcommand == "test") {
-    auto metrics = trainer.test(run.model, run.data);
+    auto metrics = trainer.test(run.model, run.data, run.ckpt_path);
     if (trainer.is_global_zero()) print_metrics(out, "Test metrics:", metrics);
   } else {
-    auto predictions = trainer.predict(run.model, run.data);
+    auto predictions = trainer.predict(run.model, run.data, run.ckpt_path);
     if (trainer.is_global_zero()) {
       fs::create_directories(trainer.log_dir());
       const std::string path = (fs::path(trainer.log_dir()) / "predictions.pt").string();

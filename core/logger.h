@@ -20,6 +20,16 @@ class Logger {
   virtual void finalize(const std::string& /*status*/) {}
   // Folder for this run's files (metrics, checkpoints); empty if none.
   virtual std::string log_dir() const { return {}; }
+
+  // This run goes on with an earlier one (ckpt_path last or best, or a worker
+  // torchrun restarted): called before log_dir() is first read, so that the
+  // logger writes where that run wrote (CSVLogger: its newest version folder,
+  // appended to) and the checkpoints are found there.
+  virtual void continue_previous() {}
+  // In every checkpoint, under "logger"; a resumed run loads it (CSVLogger:
+  // its metrics.csv is cut back to the rows it had at the checkpoint).
+  virtual StateDict state_dict() const { return new_state_dict(); }
+  virtual void load_state_dict(const StateDict& /*state*/) {}
 };
 
 }  // namespace lt

@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <string>
+#include <vector>
 
 #include <yaml-cpp/yaml.h>
 
@@ -36,6 +39,39 @@ std::string csv_field(const std::string& s) {
   for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
   return out + "\"";
 }
+
+// The fields of one line as csv_field writes them.
+std::vector<std::string> csv_fields(const std::string& line) {
+  std::vector<std::string> out(1);
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted && c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+      out.back() += '"';
+      ++i;
+    } else if (c == '"') {
+      quoted = !quoted;
+    } else if (c == ',' && !quoted) {
+      out.emplace_back();
+    } else {
+      out.back() += c;
+    }
+  }
+  return out;
+}
+
+// The highest N of <root>/version_N, or -1 if there is none.
+int64_t newest_version(const fs::path& root) {
+  int64_t newest = -1;
+  std::error_code ec;
+  static const std::regex kVersion(R"(version_(\d+))");
+  for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    std::smatch m;
+    const std::string name = it->path().filename().string();
+    if (it->is_directory() && std::regex_match(name, m, kVersion)) newest = std::max<int64_t>(newest, std::stoll(m[1]));
+  }
+  return newest;
+}
 }  // namespace
 
 CSVLogger::CSVLogger(CSVLoggerOptions options) : options_(std::move(options)) {
@@ -56,19 +92,59 @@ CSVLogger::~CSVLogger() {
 }
 
 int64_t CSVLogger::version() const {
-  if (!version_) {
-    int64_t next = 0;
-    const fs::path root = fs::path(options_.save_dir()) / options_.name();
-    std::error_code ec;
-    static const std::regex kVersion(R"(version_(\d+))");
-    for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
-      std::smatch m;
-      const std::string name = it->path().filename().string();
-      if (it->is_directory() && std::regex_match(name, m, kVersion)) next = std::max<int64_t>(next, std::stoll(m[1]) + 1);
-    }
-    version_ = next;
-  }
+  if (!version_) version_ = newest_version(fs::path(options_.save_dir()) / options_.name()) + 1;
   return *version_;
+}
+
+void CSVLogger::continue_previous() {
+  if (!version_) version_ = std::max<int64_t>(newest_version(fs::path(options_.save_dir()) / options_.name()), 0);
+  if (rows_.empty() && !header_written_) read_metrics();
+}
+
+StateDict CSVLogger::state_dict() const {
+  StateDict s = new_state_dict();
+  s.insert("version", version());
+  s.insert("rows", static_cast<int64_t>(rows_.size()));
+  return s;
+}
+
+void CSVLogger::load_state_dict(const StateDict& state) {
+  // A checkpoint of another version: this run's folder is a new log.
+  if (!state.contains("version") || state.at("version").toInt() != version()) return;
+  if (rows_.empty() && !header_written_) read_metrics();
+  const auto rows = static_cast<size_t>(state.at("rows").toInt());
+  if (rows_.size() <= rows) return;
+  // Rows logged after the checkpoint are logged again by the resumed run.
+  rows_.resize(rows);
+  rows_written_ = 0;
+  header_written_ = false;
+  if (rows_.empty()) {
+    std::error_code ec;
+    fs::remove(fs::path(log_dir()) / kMetricsFile, ec);
+  } else {
+    write_metrics();
+  }
+}
+
+void CSVLogger::read_metrics() {
+  std::ifstream in(fs::path(log_dir()) / kMetricsFile);
+  std::string line;
+  if (!in || !std::getline(in, line)) return;
+  keys_ = csv_fields(line);
+  while (std::getline(in, line)) {
+    const std::vector<std::string> fields = csv_fields(line);
+    Row row{0, {}};
+    for (size_t i = 0; i < keys_.size() && i < fields.size(); ++i) {
+      if (keys_[i] == "step") {
+        row.step = std::strtoll(fields[i].c_str(), nullptr, 10);
+      } else if (!fields[i].empty()) {
+        row.values[keys_[i]] = std::strtod(fields[i].c_str(), nullptr);
+      }
+    }
+    rows_.push_back(std::move(row));
+  }
+  rows_written_ = rows_.size();
+  header_written_ = true;
 }
 
 std::string CSVLogger::log_dir() const {

@@ -3,6 +3,9 @@
 // <save_dir>/<name>/version_<N>, as Lightning's CSVLogger lays them out. N is
 // the next free version unless given. Nothing is created before the first
 // write, so building a logger (a config being checked) leaves no trace.
+// A resumed run (continue_previous) takes the newest version instead and
+// appends to its metrics.csv; restored from a checkpoint of that version, the
+// file is cut back to the rows it had then, so that no step is there twice.
 
 #include <cstdint>
 #include <map>
@@ -43,6 +46,10 @@ class CSVLogger : public Logger {
   // <save_dir>/<name>/version_<N>; the version is fixed at the first call.
   std::string log_dir() const override;
   int64_t version() const;
+  void continue_previous() override;
+  // {"version", "rows": metric rows logged so far}
+  StateDict state_dict() const override;
+  void load_state_dict(const StateDict& state) override;
 
  private:
   struct Row {
@@ -50,6 +57,8 @@ class CSVLogger : public Logger {
     std::map<std::string, double> values;
   };
   void write_metrics();
+  // The rows of this version's metrics.csv, if it has one.
+  void read_metrics();
 
   CSVLoggerOptions options_;
   mutable std::optional<int64_t> version_;

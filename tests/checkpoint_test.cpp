@@ -6,12 +6,15 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
+#include <utility>
 
 #include <gtest/gtest.h>
 
 #include <lightning_cpp/callbacks/model_checkpoint.h>
 #include <lightning_cpp/core/check.h>
+#include <lightning_cpp/loggers/csv.h>
 #include <lightning_cpp/trainer/checkpoint.h>
 #include <lightning_cpp/trainer/trainer.h>
 
@@ -78,6 +81,13 @@ struct CheckpointTest : lt::testing::SeedingFixture {
   }
   fs::path dir_;
 };
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
 
 void expect_same_weights(const torch::nn::Module& a, const torch::nn::Module& b) {
   auto sa = lt::module_state_dict(a), sb = lt::module_state_dict(b);
@@ -212,6 +222,73 @@ TEST_F(CheckpointTest, ResumeMidEpochEqualsUninterruptedRun) {
     EXPECT_NE(std::string(error.what()).find("ckpt_path: best: no best checkpoint was found"), std::string::npos)
         << error.what();
   }
+}
+
+// A run that dies after a checkpoint and is resumed with ckpt_path "last"
+// goes on in its logger's version folder: metrics.csv ends as the
+// uninterrupted run's, byte for byte (rows logged after the checkpoint are
+// not there twice). validate/test in a new process find the last and the
+// best checkpoint there, and log beside the training run.
+TEST_F(CheckpointTest, ResumedRunContinuesItsLoggerFolderAndMetrics) {
+  constexpr int64_t kEpochs = 4;  // 6 steps per epoch
+  struct CrashAt : lt::Callback {
+    explicit CrashAt(int64_t step) : step(step) {}
+    std::string name() const override { return "crash"; }
+    void on_train_batch_end(lt::Trainer& t, lt::LightningModule&, const torch::Tensor&, const lt::Batch&,
+                            int64_t) override {
+      if (t.global_step() == step) throw std::runtime_error("crash");
+    }
+    int64_t step;
+  };
+  auto trainer_options = [&](const fs::path& save_dir, std::vector<std::shared_ptr<lt::Callback>> extra) {
+    auto logger = std::make_shared<lt::CSVLogger>(lt::CSVLoggerOptions(save_dir.string()).flush_logs_every_n_steps(1));
+    // The "best" model is the worst one (mode max), so that it is not the last.
+    extra.push_back(std::make_shared<lt::ModelCheckpoint>(
+        lt::ModelCheckpointOptions().monitor("val_loss").mode("max").save_last(true)));
+    return options(kEpochs).log_every_n_steps(1).logger(logger).callbacks(extra);
+  };
+  const fs::path straight_dir = dir_ / "straight", run_dir = dir_ / "run";
+  const fs::path version0 = run_dir / "lightning_logs" / "version_0";
+  torch::manual_seed(0);
+  auto straight = std::make_shared<Reference>();
+  lt::Trainer a(trainer_options(straight_dir, {}));
+  a.fit(straight, data(true), data(false));
+
+  torch::manual_seed(0);
+  lt::Trainer b(trainer_options(run_dir, {std::make_shared<CrashAt>(15)}));
+  EXPECT_THROW(b.fit(std::make_shared<Reference>(), data(true), data(false)), std::runtime_error);
+  const std::string metrics = read_text(version0 / "metrics.csv");
+  ASSERT_NE(metrics.find("\n14,"), std::string::npos) << "the crashed run's rows after its checkpoint:\n" << metrics;
+
+  auto resumed = std::make_shared<Reference>();
+  lt::Trainer c(trainer_options(run_dir, {}));
+  c.fit(resumed, data(true), data(false), "last");
+  expect_same_weights(*straight, *resumed);
+  EXPECT_FALSE(fs::exists(run_dir / "lightning_logs" / "version_1")) << "the resumed run started a new version";
+  EXPECT_EQ(read_text(version0 / "metrics.csv"), read_text(straight_dir / "lightning_logs" / "version_0" / "metrics.csv"));
+
+  // validate in a new process: "best" is the best model the newest
+  // checkpoint names (as the uninterrupted run does); "last" the newest file.
+  auto best_name = [](lt::Trainer& t) {
+    return fs::path(dynamic_cast<lt::ModelCheckpoint&>(*t.callbacks().back()).best_model_path()).filename().string();
+  };
+  EXPECT_EQ(best_name(c), best_name(a));
+  ASSERT_NE(best_name(a), "last.ckpt");
+  std::map<std::string, double> val_loss;
+  for (const auto& [which, file] : {std::pair<std::string, std::string>{"best", best_name(a)}, {"last", "last.ckpt"}}) {
+    lt::Trainer v(trainer_options(run_dir, {}));
+    val_loss[which] = v.validate(std::make_shared<Reference>(), data(false), which).at("val_loss");
+    auto model = std::make_shared<Reference>();
+    lt::load_weights(*model, (version0 / "checkpoints" / file).string());
+    lt::Trainer w(options(1));
+    EXPECT_DOUBLE_EQ(val_loss[which], w.validate(model, data(false)).at("val_loss")) << which;
+  }
+  EXPECT_NE(val_loss["best"], val_loss["last"]);
+  EXPECT_FALSE(fs::exists(run_dir / "lightning_logs" / "version_1")) << "validate started a new version";
+  const std::string fitted = read_text(straight_dir / "lightning_logs" / "version_0" / "metrics.csv");
+  const std::string after = read_text(version0 / "metrics.csv");
+  EXPECT_TRUE(after.size() > fitted.size() && after.rfind(fitted, 0) == 0)
+      << "validate's rows are not appended to the run's metrics.csv:\n" << after;
 }
 
 TEST_F(CheckpointTest, CorruptAndForeignFilesGiveClearErrors) {

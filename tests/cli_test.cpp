@@ -320,6 +320,16 @@ TEST_F(CliTest, FitFromYamlWritesLogsConfigAndCheckpoint) {
   EXPECT_TRUE(fs::exists(dir_ / "lightning_logs" / "version_1" / "metrics.csv"));
   ASSERT_EQ(cli({"fit", "--config", a}).code, 0);
   EXPECT_TRUE(fs::exists(dir_ / "lightning_logs" / "version_2" / "config.yaml"));
+
+  // validate the newest run's best model: a new process finds it in that
+  // run's folder, and logs there (no version_3).
+  const CliResult v = cli({"validate", "--config", a, "--ckpt_path", "best"});
+  ASSERT_EQ(v.code, 0) << v.err;
+  EXPECT_NE(v.out.find("val_loss:"), std::string::npos) << v.out;
+  EXPECT_FALSE(fs::exists(dir_ / "lightning_logs" / "version_3"));
+  const std::string best = (dir_ / "lightning_logs" / "version_2" / "checkpoints" / "epoch=1-step=8.ckpt").string();
+  EXPECT_EQ(v.out, cli({"validate", "--config", a, "--ckpt_path", best}).out);
+  EXPECT_NE(v.out, cli({"validate", "--config", a}).out) << "the untrained model validates alike";
 }
 
 TEST_F(CliTest, PredictWritesPredictions) {

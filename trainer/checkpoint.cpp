@@ -140,6 +140,10 @@ StateDict Trainer::dump_checkpoint() {
   StateDict callbacks = new_state_dict();
   for (const auto& cb : options_.callbacks()) callbacks.insert(cb->state_key(), cb->state_dict());
   ckpt.insert("callbacks", callbacks);
+  if (const auto& logger = options_.logger(); logger && strategy_->is_global_zero()) {
+    logger->save();  // what the checkpoint counts is on disk
+    ckpt.insert("logger", logger->state_dict());
+  }
   c10::Dict<std::string, std::string> hparams;
   for (const auto& [k, v] : module_->hparams()) hparams.insert(k, v);
   ckpt.insert("hparams", hparams);
@@ -200,6 +204,9 @@ void Trainer::restore_checkpoint(const std::string& path) {
     for (const auto& cb : options_.callbacks()) {
       if (callbacks.contains(cb->state_key())) cb->load_state_dict(to_state(callbacks.at(cb->state_key())));
     }
+  }
+  if (const auto& logger = options_.logger(); logger && strategy_->is_global_zero() && raw.contains("logger")) {
+    logger->load_state_dict(to_state(raw.at("logger")));
   }
   for (const auto& cb : options_.callbacks()) cb->on_load_checkpoint(*this, *module_, to_state(loaded));
   module_->on_load_checkpoint(to_state(loaded));

@@ -7,7 +7,9 @@
 //    "lr_scheduler": {...}, "callbacks": {state_key -> {...}},
 //    "hparams": {str -> str}, "lightning_cpp_version": str,
 //    "rng_states": {"torch": uint8 tensor},           # torch's CPU generator
-//    "lr_scheduler_epoch_step_pending": bool}          # see restore_checkpoint
+//    "lr_scheduler_epoch_step_pending": bool,          # see restore_checkpoint
+//    "epoch_iteration": int,                           # mid-epoch: iterations done
+//    "logger": {...}}                                  # Logger::state_dict (rank 0's)
 // Callbacks add to it in on_save_checkpoint; Python reads it with torch.load
 // and `ckpt["state_dict"]` is what nn.Module.load_state_dict takes.
 

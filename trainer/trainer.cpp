@@ -11,6 +11,7 @@
 #include <lightning_cpp/plugins/environments/cluster_environment.h>
 #include <lightning_cpp/plugins/strategies/ddp.h>
 #include <lightning_cpp/plugins/strategies/single_device.h>
+#include <lightning_cpp/trainer/checkpoint.h>
 
 namespace lt {
 
@@ -63,11 +64,13 @@ std::string Trainer::log_dir() const {
   return options_.default_root_dir();
 }
 
-std::string Trainer::resolve_ckpt_path(const std::string& ckpt_path, Run& run) {
-  // A worker torchrun restarted after a failure (--max_restarts) resumes from the newest checkpoint.
-  const bool restarted = ckpt_path.empty() && env::get_int("TORCHELASTIC_RESTART_COUNT").value_or(0) > 0;
+namespace {
+bool names_a_checkpoint(const std::string& ckpt_path) { return ckpt_path == "last" || ckpt_path == "best"; }
+}  // namespace
+
+std::string Trainer::resolve_ckpt_path(const std::string& ckpt_path, Run& run, bool restarted) {
   const std::string which = restarted ? "last" : ckpt_path;
-  if (which != "last" && which != "best") return ckpt_path;
+  if (!names_a_checkpoint(which)) return ckpt_path;
   std::string path;
   fs::file_time_type newest;
   for (const auto& cb : run.hooks.callbacks()) {
@@ -90,7 +93,8 @@ std::string Trainer::resolve_ckpt_path(const std::string& ckpt_path, Run& run) {
                    env::get_int("TORCHELASTIC_RESTART_COUNT").value_or(0), ") with no checkpoint yet: starting anew");
     return {};
   }
-  rank_zero_info("lightning-cpp: resuming from ", path, " (ckpt_path: ", which,
+  rank_zero_info("lightning-cpp: ", run.stage == Stage::kTrain ? "resuming from " : "weights from ", path,
+                 " (ckpt_path: ", which,
                  restarted ? ", after a restart by torchrun)" : ")");
   return path;
 }
@@ -100,9 +104,13 @@ std::shared_ptr<DataLoader> Trainer::prepare_loader(std::shared_ptr<DataLoader> 
   return loader;
 }
 
-std::unique_ptr<Trainer::Run> Trainer::begin(const std::shared_ptr<LightningModule>& module, Stage stage) {
+std::unique_ptr<Trainer::Run> Trainer::begin(const std::shared_ptr<LightningModule>& module, Stage stage,
+                                             const std::string& ckpt_path) {
   LT_CHECK(module != nullptr, "Trainer: the module is null");
   strategy_->setup_environment(options_);
+  // Resumed or evaluated from the earlier run's last or best checkpoint: its
+  // logger folder is where they are (and where this run goes on logging).
+  if (names_a_checkpoint(ckpt_path) && options_.logger()) options_.logger()->continue_previous();
   if (!agreed_log_dir_ && strategy_->world_size() > 1) {
     // Each rank would pick the logger's next free version itself, and a rank
     // that looks after rank 0 created its folder picks another: rank 0 decides.
@@ -162,7 +170,9 @@ void Trainer::fit(const std::shared_ptr<LightningModule>& module, const std::sha
 void Trainer::fit(const std::shared_ptr<LightningModule>& module, std::shared_ptr<DataLoader> train,
                   std::shared_ptr<DataLoader> val, const std::string& ckpt_path) {
   LT_CHECK(train != nullptr, "Trainer::fit: no training data (train_dataloader() returned null)");
-  auto run = begin(module, Stage::kTrain);
+  // A worker torchrun restarted after a failure (--max_restarts) resumes from the newest checkpoint.
+  const bool restarted = ckpt_path.empty() && env::get_int("TORCHELASTIC_RESTART_COUNT").value_or(0) > 0;
+  auto run = begin(module, Stage::kTrain, restarted ? "last" : ckpt_path);
   LoopContext& ctx = run->ctx;
   prepare_loader(train, Stage::kTrain);
   prepare_loader(val, Stage::kValidate);
@@ -184,7 +194,7 @@ void Trainer::fit(const std::shared_ptr<LightningModule>& module, std::shared_pt
   try {
     run->hooks.call(&Callback::on_fit_start);
     module->on_fit_start();
-    const std::string resume_from = resolve_ckpt_path(ckpt_path, *run);
+    const std::string resume_from = resolve_ckpt_path(ckpt_path, *run, restarted);
     if (!resume_from.empty()) restore_checkpoint(resume_from);
     if (ctx.logger != nullptr) {
       HParams hp = module->hparams();
@@ -223,14 +233,16 @@ void Trainer::fail(Run& run, const std::exception& caught) {
 }
 
 std::map<std::string, double> Trainer::evaluate(const std::shared_ptr<LightningModule>& module,
-                                                std::shared_ptr<DataLoader> loader, Stage stage) {
+                                                std::shared_ptr<DataLoader> loader, Stage stage,
+                                                const std::string& ckpt_path) {
   LT_CHECK(loader != nullptr, "Trainer::", stage_name(stage), ": no data (the ", stage_name(stage),
            " dataloader is null)");
-  auto run = begin(module, stage);
+  auto run = begin(module, stage, ckpt_path);
   prepare_loader(loader, stage);
   const FractionOrCount& limit = stage == Stage::kTest ? options_.limit_test_batches() : options_.limit_val_batches();
   std::map<std::string, double> metrics;
   try {
+    if (const std::string path = resolve_ckpt_path(ckpt_path, *run); !path.empty()) load_weights(*module, path);
     metrics = evaluation_loop_->run(run->ctx, *loader, stage, limit.apply(loader->size()));
   } catch (const std::exception& caught) {
     fail(*run, caught);
@@ -240,43 +252,45 @@ std::map<std::string, double> Trainer::evaluate(const std::shared_ptr<LightningM
 }
 
 std::map<std::string, double> Trainer::validate(const std::shared_ptr<LightningModule>& module,
-                                                const std::shared_ptr<DataModule>& data) {
+                                                const std::shared_ptr<DataModule>& data,
+                                                const std::string& ckpt_path) {
   LT_CHECK(data != nullptr, "Trainer::validate: the data module is null");
   data->setup(Stage::kValidate);
-  return validate(module, data->val_dataloader());
+  return validate(module, data->val_dataloader(), ckpt_path);
 }
 
 std::map<std::string, double> Trainer::validate(const std::shared_ptr<LightningModule>& module,
-                                                std::shared_ptr<DataLoader> val) {
-  return evaluate(module, std::move(val), Stage::kValidate);
+                                                std::shared_ptr<DataLoader> val, const std::string& ckpt_path) {
+  return evaluate(module, std::move(val), Stage::kValidate, ckpt_path);
 }
 
 std::map<std::string, double> Trainer::test(const std::shared_ptr<LightningModule>& module,
-                                            const std::shared_ptr<DataModule>& data) {
+                                            const std::shared_ptr<DataModule>& data, const std::string& ckpt_path) {
   LT_CHECK(data != nullptr, "Trainer::test: the data module is null");
   data->setup(Stage::kTest);
-  return test(module, data->test_dataloader());
+  return test(module, data->test_dataloader(), ckpt_path);
 }
 
 std::map<std::string, double> Trainer::test(const std::shared_ptr<LightningModule>& module,
-                                            std::shared_ptr<DataLoader> test) {
-  return evaluate(module, std::move(test), Stage::kTest);
+                                            std::shared_ptr<DataLoader> test, const std::string& ckpt_path) {
+  return evaluate(module, std::move(test), Stage::kTest, ckpt_path);
 }
 
 std::vector<torch::Tensor> Trainer::predict(const std::shared_ptr<LightningModule>& module,
-                                            const std::shared_ptr<DataModule>& data) {
+                                            const std::shared_ptr<DataModule>& data, const std::string& ckpt_path) {
   LT_CHECK(data != nullptr, "Trainer::predict: the data module is null");
   data->setup(Stage::kPredict);
-  return predict(module, data->predict_dataloader());
+  return predict(module, data->predict_dataloader(), ckpt_path);
 }
 
 std::vector<torch::Tensor> Trainer::predict(const std::shared_ptr<LightningModule>& module,
-                                            std::shared_ptr<DataLoader> loader) {
+                                            std::shared_ptr<DataLoader> loader, const std::string& ckpt_path) {
   LT_CHECK(loader != nullptr, "Trainer::predict: no data (the predict dataloader is null)");
-  auto run = begin(module, Stage::kPredict);
+  auto run = begin(module, Stage::kPredict, ckpt_path);
   prepare_loader(loader, Stage::kPredict);
   std::vector<torch::Tensor> out;
   try {
+    if (const std::string path = resolve_ckpt_path(ckpt_path, *run); !path.empty()) load_weights(*module, path);
     out = prediction_loop_->run(run->ctx, *loader, options_.limit_predict_batches().apply(loader->size()));
   } catch (const std::exception& caught) {
     fail(*run, caught);

@@ -36,17 +36,19 @@ class Trainer {
            const std::string& ckpt_path = {});
   void fit(const std::shared_ptr<LightningModule>& module, std::shared_ptr<DataLoader> train,
            std::shared_ptr<DataLoader> val = nullptr, const std::string& ckpt_path = {});
+  // ckpt_path: the weights to evaluate (a path, "last" or "best"); empty: the module's own.
   std::map<std::string, double> validate(const std::shared_ptr<LightningModule>& module,
-                                         const std::shared_ptr<DataModule>& data);
+                                         const std::shared_ptr<DataModule>& data, const std::string& ckpt_path = {});
   std::map<std::string, double> validate(const std::shared_ptr<LightningModule>& module,
-                                         std::shared_ptr<DataLoader> val);
+                                         std::shared_ptr<DataLoader> val, const std::string& ckpt_path = {});
   std::map<std::string, double> test(const std::shared_ptr<LightningModule>& module,
-                                     const std::shared_ptr<DataModule>& data);
-  std::map<std::string, double> test(const std::shared_ptr<LightningModule>& module, std::shared_ptr<DataLoader> test);
+                                     const std::shared_ptr<DataModule>& data, const std::string& ckpt_path = {});
+  std::map<std::string, double> test(const std::shared_ptr<LightningModule>& module, std::shared_ptr<DataLoader> test,
+                                     const std::string& ckpt_path = {});
   std::vector<torch::Tensor> predict(const std::shared_ptr<LightningModule>& module,
-                                     const std::shared_ptr<DataModule>& data);
+                                     const std::shared_ptr<DataModule>& data, const std::string& ckpt_path = {});
   std::vector<torch::Tensor> predict(const std::shared_ptr<LightningModule>& module,
-                                     std::shared_ptr<DataLoader> loader);
+                                     std::shared_ptr<DataLoader> loader, const std::string& ckpt_path = {});
 
   // ModuleHolder overloads (TORCH_MODULE(Foo) users).
   template <typename Impl, typename... Rest>
@@ -86,21 +88,23 @@ class Trainer {
 
  private:
   struct Run;
-  // Common set-up of fit/validate/test/predict; returns the run's loop context parts.
-  std::unique_ptr<Run> begin(const std::shared_ptr<LightningModule>& module, Stage stage);
+  // Common set-up of fit/validate/test/predict; returns the run's loop context
+  // parts. `ckpt_path` last or best: the logger continues the earlier run.
+  std::unique_ptr<Run> begin(const std::shared_ptr<LightningModule>& module, Stage stage,
+                             const std::string& ckpt_path);
   void end(Run& run);
   // In the catch block of a failed run: the strategy's report of every
   // rank's part, on_exception, the interrupted checkpoint (fit), the
   // logger's "failed"/"interrupted", teardown; then throws what the run ends with.
   [[noreturn]] void fail(Run& run, const std::exception& caught);
-  // fit's ckpt_path: a path as given; "last" (the newest checkpoint of the
+  // A ckpt_path: a path as given; "last" (the newest checkpoint of the
   // callbacks, e.g. ModelCheckpoint's dirpath) or "best" resolved, the same on
-  // every rank; empty and restarted by torchrun (TORCHELASTIC_RESTART_COUNT > 0):
-  // "last", if there is one yet.
-  std::string resolve_ckpt_path(const std::string& ckpt_path, Run& run);
+  // every rank. `restarted` (fit in a worker torchrun restarted, with no
+  // ckpt_path): "last", if there is one yet.
+  std::string resolve_ckpt_path(const std::string& ckpt_path, Run& run, bool restarted = false);
   std::shared_ptr<DataLoader> prepare_loader(std::shared_ptr<DataLoader> loader, Stage stage);
   std::map<std::string, double> evaluate(const std::shared_ptr<LightningModule>& module,
-                                         std::shared_ptr<DataLoader> loader, Stage stage);
+                                         std::shared_ptr<DataLoader> loader, Stage stage, const std::string& ckpt_path);
 
   TrainerOptions options_;
   std::shared_ptr<Strategy> strategy_;
