@@ -276,6 +276,8 @@ const ArgSchema& trainer_schema() {
         .add_bool("handle_signals", d.handle_signals(), "SIGINT/SIGTERM: stop at the next step, write interrupted.ckpt")
         .add_int("log_every_n_steps", d.log_every_n_steps(), "logger interval in optimizer steps")
         .add_bool("enable_progress_bar", d.enable_progress_bar(), "add a ProgressBar if none is configured")
+        .add_bool("use_distributed_sampler", d.use_distributed_sampler(),
+                  "ddp: shard each loader by rank (false: loaders as given, e.g. per-rank data)")
         .add_bool("enable_checkpointing", true, "fit: add a ModelCheckpoint if none is configured");
   }();
   return schema;
@@ -309,6 +311,7 @@ TrainerOptions trainer_options_from(const InitArgs& a) {
       .log_every_n_steps(a.get_int("log_every_n_steps"))
       .enable_progress_bar(a.get_bool("enable_progress_bar"));
   o.handle_signals(a.get_bool("handle_signals"));
+  o.use_distributed_sampler(a.get_bool("use_distributed_sampler"));
   const std::string& nonfinite = a.get_string("on_nonfinite");
   o.on_nonfinite(nonfinite == "skip_step" ? NonFinitePolicy::kSkipStep
                  : nonfinite == "ignore"  ? NonFinitePolicy::kIgnore

@@ -61,6 +61,11 @@ struct TrainerOptions {
   // Stop at the next step boundary on SIGINT/SIGTERM and write interrupted.ckpt (core/signals.h).
   TORCH_ARG(bool, handle_signals) = true;
   TORCH_ARG(bool, enable_progress_bar) = true;
+  // Lightning's: true, a strategy that shards (DDP) replaces each loader's
+  // sequential or random sampler by its rank's shard; false, every loader is
+  // used as given (per-rank datasets, a sampler that shards by itself). The
+  // ranks' batch counts then decide what uneven_inputs does.
+  TORCH_ARG(bool, use_distributed_sampler) = true;
 
 
  public:

@@ -1,9 +1,12 @@
 #include <lightning_cpp/data/sampler.h>
 
 #include <numeric>
+#include <utility>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
+
+#include <lightning_cpp/core/check.h>
 
 namespace lt {
 
@@ -22,6 +25,20 @@ std::vector<int64_t> SequentialSampler::indices(int64_t /*epoch*/) const {
 
 std::vector<int64_t> RandomSampler::indices(int64_t epoch) const {
   return seeded_permutation(size_, seed_ + static_cast<uint64_t>(epoch));
+}
+
+PaddedSampler::PaddedSampler(std::shared_ptr<Sampler> inner, int64_t num_samples)
+    : inner_(std::move(inner)), num_samples_(num_samples) {
+  LT_CHECK(inner_ != nullptr, "PaddedSampler: the sampler is null");
+}
+
+std::vector<int64_t> PaddedSampler::indices(int64_t epoch) const {
+  std::vector<int64_t> out = inner_->indices(epoch);
+  const size_t own = out.size();
+  LT_CHECK_VALUE(own > 0 || num_samples_ == 0, "uneven_inputs: pad: this rank has no samples to repeat (its ",
+                 "sampler gave none for epoch ", epoch, "); use uneven_inputs: join");
+  for (size_t i = 0; static_cast<int64_t>(out.size()) < num_samples_; ++i) out.push_back(out[i % own]);
+  return out;
 }
 
 }  // namespace lt

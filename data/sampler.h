@@ -3,6 +3,7 @@
 // loader's sampler (DDP: DistributedSampler) without the user's code knowing.
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace lt {
@@ -33,6 +34,20 @@ class RandomSampler : public Sampler {
  private:
   int64_t size_;
   uint64_t seed_;
+};
+
+// The indices of `inner`, repeated from their start until there are
+// `num_samples`: DistributedSampler's padding, for a sampler the strategy does
+// not replace (a custom one, or use_distributed_sampler false).
+class PaddedSampler : public Sampler {
+ public:
+  PaddedSampler(std::shared_ptr<Sampler> inner, int64_t num_samples);
+  std::vector<int64_t> indices(int64_t epoch) const override;
+  const std::shared_ptr<Sampler>& inner() const { return inner_; }
+
+ private:
+  std::shared_ptr<Sampler> inner_;
+  int64_t num_samples_;
 };
 
 // randperm(n) with a CPU generator seeded `seed`, as PyTorch computes it.

@@ -20,6 +20,7 @@
 #include <sstream>
 #include <thread>
 
+#include <lightning_cpp/callbacks/lambda_callback.h>
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/signals.h>
 #include <lightning_cpp/plugins/strategies/ddp.h>
@@ -287,7 +288,8 @@ class BadBatchDataset : public lt::TensorDataset {
 // Two ranks over TCPStore + gloo (process_group_timeout 3 s), 64 samples in
 // batches of 4 (8 per rank), with one fault chosen by LT_SCENARIO:
 //   hang      rank 1 sleeps 60 s in its training step at batch 2
-//   uneven    uneven_inputs pad (no Join); rank 0 runs 3 batches, rank 1 6
+//   uneven    uneven_inputs pad (no Join); limit_train_batches 3 on rank 0, 6 on rank 1
+//   stop      uneven_inputs pad; rank 0 alone sets should_stop after its batch 2
 //   bad_data  rank 1's batch 3 has the wrong shape
 LT_TEST_WORKER(FaultyDdpRun) {
   const std::string scenario = lt::testing::env_str("LT_SCENARIO");
@@ -306,7 +308,7 @@ LT_TEST_WORKER(FaultyDdpRun) {
   auto dataset = scenario == "bad_data" ? std::make_shared<BadBatchDataset>(x, y)
                                         : std::make_shared<lt::TensorDataset>(x, y);
   auto ddp_options = lt::DDPStrategyOptions().process_group_timeout(std::chrono::seconds(3));
-  if (scenario == "uneven") ddp_options.uneven_inputs(lt::UnevenInputs::kPad);
+  if (scenario == "uneven" || scenario == "stop") ddp_options.uneven_inputs(lt::UnevenInputs::kPad);
   auto options = lt::TrainerOptions()
                      .strategy(std::make_shared<lt::DDPStrategy>(ddp_options))
                      .devices(2)
@@ -314,6 +316,14 @@ LT_TEST_WORKER(FaultyDdpRun) {
                      .enable_progress_bar(false)
                      .default_root_dir(lt::testing::env_str("LT_DIR"));
   if (scenario == "uneven") options.limit_train_batches(rank == 0 ? 3 : 6);
+  if (scenario == "stop" && rank == 0) {
+    auto stop = std::make_shared<lt::LambdaCallback>();
+    stop->on_train_batch_end_fn = [](lt::Trainer& t, lt::LightningModule&, const torch::Tensor&, const lt::Batch&,
+                                     int64_t batch_idx) {
+      if (batch_idx == 2) t.set_should_stop(true);
+    };
+    options.callbacks({stop});
+  }
   lt::Trainer trainer(options);
   try {
     trainer.fit(model, std::make_shared<lt::DataLoader>(dataset, lt::DataLoaderOptions(4)));
@@ -357,16 +367,31 @@ TEST(Watchdog, AHungRankIsNamedByEveryRankAndAllExitNonZero) {
   EXPECT_LT(seconds, 30.0);  // the 3 s timeout, the 2 s check-in, start-up; not the 60 s sleep
 }
 
-TEST(Watchdog, UnevenInputsWithoutJoinAreNamedAsTheLikelyCause) {
+// Batch counts that differ where the loaders cannot even them out (limits
+// per rank) are refused on every rank at the epoch's start, naming them.
+TEST(Watchdog, UnevenInputsWithoutJoinAreRefusedAtTheEpochStart) {
   TempDir dir;
   auto r = run_faulty("uneven", dir.path.string());
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_NE(r.exits[rank].exit_code, 0) << r.summary();
+    EXPECT_TRUE(contains(r.outputs[rank], "uneven inputs without Join (uneven_inputs: pad or error): the ranks have "
+                                          "different numbers of training batches this epoch (rank 0: 3, rank 1: 6)"))
+        << r.outputs[rank];
+  }
+}
+
+// A rank that leaves the epoch early by itself (a rank-local should_stop)
+// leaves the other in an allreduce with no partner: the watchdog names it.
+TEST(Watchdog, ARankThatStopsAloneWithoutJoinIsNamedAsTheLikelyCause) {
+  TempDir dir;
+  auto r = run_faulty("stop", dir.path.string());
   const std::string& out0 = r.outputs[0];
   const std::string& out1 = r.outputs[1];
   EXPECT_NE(r.exits[0].exit_code, 0) << r.summary();
   EXPECT_NE(r.exits[1].exit_code, 0) << r.summary();
-  // Rank 1's fourth allreduce has no partner: rank 0 ran out of batches and waits at the end of fit.
+  // Rank 1's fourth allreduce has no partner: rank 0 stopped and waits at the end of fit.
   EXPECT_TRUE(contains(out1, "collective backward (gradient allreduce) failed on rank 1 of 2 at epoch 0, global "
-                             "step 3, batch 3 (of 6)"))
+                             "step 3, batch 3 (of 8)"))
       << out1;
   EXPECT_TRUE(contains(out1, "rank 0: finished the run at epoch 1, global step 3")) << out1;
   EXPECT_TRUE(contains(out1, "likely cause: uneven inputs without Join")) << out1;

@@ -160,14 +160,12 @@ std::exception_ptr DDPStrategy::on_exception(const std::exception& e) {
 
 void DDPStrategy::process_dataloader(DataLoader& loader, Stage stage, const TrainerOptions& options) {
   if (!process_group()) return;
-  const bool sharded = shard_dataloader(loader, stage, options_.uneven_inputs(), rank_, world_size_);
-  if (sharded && stage == Stage::kTrain && options_.uneven_inputs() == UnevenInputs::kError) {
-    const std::string listing = uneven_counts(*this, options.limit_train_batches().apply(loader.size()));
-    LT_CHECK_VALUE(listing.empty(),
-                   "uneven_inputs: error: the ranks would run different numbers of training batches per epoch (",
-                   listing, "); use uneven_inputs: pad (repeat samples so shards are even) or join, or make the ",
-                   "dataset size a multiple of world_size * batch_size");
+  // A loader padded by an earlier run gets its own sampler back first.
+  if (const auto* padded = dynamic_cast<const PaddedSampler*>(loader.sampler().get())) {
+    loader.set_sampler(padded->inner());
   }
+  if (options.use_distributed_sampler()) shard_dataloader(loader, stage, options_.uneven_inputs(), rank_, world_size_);
+  if (stage == Stage::kTrain) balance_training_loader(loader, options_.uneven_inputs(), *this, options.limit_train_batches());
 }
 
 torch::Tensor DDPStrategy::training_step(LightningModule& module, const Batch& batch, int64_t batch_idx) {

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <sstream>
 #include <thread>
 
@@ -19,6 +20,7 @@
 #include <lightning_cpp/data/distributed_sampler.h>
 #include <lightning_cpp/loggers/csv.h>
 #include <lightning_cpp/plugins/strategies/ddp.h>
+#include <lightning_cpp/trainer/checkpoint.h>
 #include <lightning_cpp/trainer/trainer.h>
 
 #include "support/multiprocess.h"
@@ -606,6 +608,110 @@ TEST(Ddp, UnevenInputsErrorRefusesBeforeTraining) {
   auto r = run_workers("UnevenError", 2, options);
   EXPECT_TRUE(r.ok()) << r.summary();
   std::filesystem::remove_all(options.env["LT_OUT"]);
+}
+
+// -- per-rank data: loaders kept as given, evened out by uneven_inputs ---------------------
+
+// Its own samples (0..n) for the rank that holds it: a sampler DDP keeps.
+class OwnSamples : public lt::Sampler {
+ public:
+  explicit OwnSamples(int64_t n) : n_(n) {}
+  std::vector<int64_t> indices(int64_t) const override {
+    std::vector<int64_t> out(n_);
+    std::iota(out.begin(), out.end(), 0);
+    return out;
+  }
+
+ private:
+  int64_t n_;
+};
+
+// Rank 0 has 20 samples of its own, rank 1 12 (batches of 4: 5 and 3),
+// given as a plain loader with use_distributed_sampler false (LT_HOW=flag) or
+// with a custom sampler (sampler); LT_HOW=padded: rank 1's 12 samples
+// repeated to 20 by hand. Trains 2 epochs with uneven_inputs LT_MODE; writes
+// the final parameters and the samples each rank trained on.
+LT_TEST_WORKER(PerRankData) {
+  const int64_t rank = env_int("RANK");
+  const std::string mode = env_str("LT_MODE"), how = env_str("LT_HOW");
+  auto data = make_data(32);
+  torch::Tensor x = rank == 0 ? data.x.narrow(0, 0, 20) : data.x.narrow(0, 20, 12);
+  torch::Tensor y = rank == 0 ? data.y.narrow(0, 0, 20) : data.y.narrow(0, 20, 12);
+  if (how == "padded" && rank == 1) {
+    x = torch::cat({x, x.narrow(0, 0, 8)});
+    y = torch::cat({y, y.narrow(0, 0, 8)});
+  }
+  struct Counting : TinyNet {
+    int64_t samples = 0;
+    torch::Tensor training_step(const lt::Batch& batch, int64_t batch_idx) override {
+      samples += batch.data.size(0);
+      return TinyNet::training_step(batch, batch_idx);
+    }
+  };
+  torch::manual_seed(0);
+  auto net = std::make_shared<Counting>();
+  const lt::UnevenInputs uneven = mode == "pad" ? lt::UnevenInputs::kPad
+                                  : mode == "error" ? lt::UnevenInputs::kError
+                                                    : lt::UnevenInputs::kJoin;
+  lt::Trainer trainer(lt::TrainerOptions()
+                          .devices(2)
+                          .strategy(std::make_shared<lt::DDPStrategy>(test_strategy_options().uneven_inputs(uneven)))
+                          .use_distributed_sampler(how == "sampler")
+                          .max_epochs(2)
+                          .enable_progress_bar(false)
+                          .default_root_dir(env_str("LT_OUT")));
+  auto loader = std::make_shared<lt::DataLoader>(std::make_shared<lt::TensorDataset>(x, y), lt::DataLoaderOptions(4));
+  if (how == "sampler") loader->set_sampler(std::make_shared<OwnSamples>(x.size(0)));
+  try {
+    trainer.fit(net, loader);
+  } catch (const lt::ValueError& e) {
+    const std::string what = e.what();
+    LT_WORKER_CHECK(mode == "error" && what.find("rank 0: 5, rank 1: 3") != std::string::npos, what);
+    LT_WORKER_CHECK(trainer.global_step() == 0);
+    return 0;
+  }
+  LT_WORKER_CHECK(mode != "error", "uneven_inputs: error trained on uneven per-rank data");
+  // pad: rank 1 trained on its 12 samples and 8 repeated; join: on its own.
+  const int64_t expected = rank == 0 || mode == "pad" || how == "padded" ? 40 : 24;
+  LT_WORKER_CHECK(net->samples == expected, "rank ", rank, " trained on ", net->samples, " samples");
+  LT_WORKER_CHECK(trainer.global_step() == 10, trainer.global_step());
+  lt::atomic_pickle_save(c10::List<torch::Tensor>(parameter_list(*net)),
+                         env_str("LT_OUT") + "/params_" + std::to_string(rank));
+  return 0;
+}
+
+TEST(Ddp, PerRankDataWithEveryUnevenInputsMode) {
+  auto run = [](const std::string& mode, const std::string& how) {
+    lt::testing::WorkerOptions options;
+    options.env = {{"LT_OUT", out_dir("per_rank_" + mode + "_" + how)}, {"LT_MODE", mode}, {"LT_HOW", how}};
+    auto r = run_workers("PerRankData", 2, options);
+    EXPECT_TRUE(r.ok()) << mode << " " << how << ": " << r.summary();
+    std::vector<std::vector<torch::Tensor>> params;
+    for (int rank = 0; rank < 2 && mode != "error"; ++rank) {
+      const std::string path = options.env["LT_OUT"] + "/params_" + std::to_string(rank);
+      if (std::filesystem::exists(path)) params.push_back(lt::pickle_load_file(path).toTensorVector());
+    }
+    std::filesystem::remove_all(options.env["LT_OUT"]);
+    return params;
+  };
+  auto expect_equal = [](const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b, const char* what) {
+    ASSERT_EQ(a.size(), b.size()) << what;
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::allclose(a[i], b[i], 1e-6, 1e-7)) << what << " " << i;
+  };
+  for (const char* how : {"flag", "sampler"}) {
+    run("error", how);
+    // pad: as if rank 1's data had been repeated by hand; every rank alike.
+    const auto padded = run("pad", "padded"), pad = run("pad", how);
+    ASSERT_EQ(pad.size(), 2u) << how;
+    ASSERT_EQ(padded.size(), 2u);
+    expect_equal(pad[0], pad[1], "pad: rank 0 vs rank 1");
+    expect_equal(pad[0], padded[0], "pad vs repeated by hand");
+    // join (lockstep): every rank alike, and not what padding trains.
+    const auto join = run("join", how);
+    ASSERT_EQ(join.size(), 2u) << how;
+    expect_equal(join[0], join[1], "join: rank 0 vs rank 1");
+    EXPECT_FALSE(torch::allclose(join[0][0], pad[0][0])) << how;
+  }
 }
 
 // -- local spawn: the Trainer launches the workers ---------------------------------------

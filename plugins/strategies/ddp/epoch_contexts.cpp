@@ -24,6 +24,16 @@ bool agree_stop(CollectiveWatchdog* watchdog, bool local, const RunState* state,
   return watchdog->agree_stop(local, state != nullptr ? state->global_step : 0, lockstep, sync);
 }
 
+// Every rank runs this epoch's batches with the others' collectives, or
+// throws naming the counts (collectives: one allgather).
+void check_even_batches(Strategy& strategy, int64_t num_batches, const char* what, const char* fix) {
+  const std::string per_rank = uneven_counts(strategy, num_batches);
+  if (per_rank.empty()) return;
+  throw Error(c10::str(what, ": the ranks have different numbers of training batches this epoch (", per_rank,
+                       "), so the ranks with more batches would wait forever in DDP's gradient allreduce for the ",
+                       "ranks that ran out. ", fix));
+}
+
 class NoSyncBatchGuard : public BatchGuard {
  public:
   explicit NoSyncBatchGuard(DistributedDataParallel& ddp) : guard_(ddp.no_sync()) {}
@@ -34,8 +44,14 @@ class NoSyncBatchGuard : public BatchGuard {
 
 class NoSyncEpochContext : public TrainingEpochContext {
  public:
+  // pad and error even out the loaders before training; what still differs
+  // (limit_train_batches per rank, a sampler whose count changes by epoch) is
+  // refused here.
   NoSyncEpochContext(EpochPlan plan, DDPEpochParts parts, const RunState* state)
-      : TrainingEpochContext(plan), parts_(parts), state_(state) {}
+      : TrainingEpochContext(plan), parts_(parts), state_(state) {
+    check_even_batches(parts_.strategy, plan.num_batches, "uneven inputs without Join (uneven_inputs: pad or error)",
+                       "Use uneven_inputs: join, or give every rank as many batches");
+  }
   std::unique_ptr<BatchGuard> batch(int64_t /*iteration*/, bool sync_gradients) override {
     if (sync_gradients) return nullptr;
     return std::make_unique<NoSyncBatchGuard>(parts_.ddp);
@@ -105,7 +121,11 @@ class DDPJoinEpochContext : public TrainingEpochContext {
         module_(module),
         ddp_(parts.ddp),
         settings_(settings) {
-    if (!settings_.enable) check_even_batches();
+    if (!settings_.enable) {
+      check_even_batches(strategy_, plan.num_batches,
+                         "uneven inputs with Join disabled (join_enable: false)",
+                         "Set join_enable: true, or uneven_inputs: pad");
+    }
     ddp_.set_divide_by_initial_world_size(settings_.divide_by_initial_world_size);
     if (settings_.mode == JoinMode::kLockstep) ddp_.set_join_step(plan.joined_step);
     if (settings_.enable && strategy_.world_size() > 1) {
@@ -183,14 +203,6 @@ class DDPJoinEpochContext : public TrainingEpochContext {
   }
 
  private:
-  void check_even_batches() {
-    const std::string per_rank = uneven_counts(strategy_, plan().num_batches);
-    if (per_rank.empty()) return;
-    throw Error(c10::str("uneven inputs with Join disabled (join_enable: false): the ranks have different numbers of "
-                         "training batches this epoch (",
-                         per_rank, "), so the ranks with more batches would wait forever in DDP's gradient "
-                         "allreduce for the ranks that ran out. Set join_enable: true, or uneven_inputs: pad"));
-  }
 
   Strategy& strategy_;
   CollectiveWatchdog* watchdog_;

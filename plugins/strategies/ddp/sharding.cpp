@@ -1,6 +1,8 @@
 #include <lightning_cpp/plugins/strategies/ddp/sharding.h>
 
+#include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/rank_zero.h>
+#include <lightning_cpp/core/strategy.h>
 #include <lightning_cpp/data/data_loader.h>
 #include <lightning_cpp/data/distributed_sampler.h>
 
@@ -24,6 +26,24 @@ bool shard_dataloader(DataLoader& loader, Stage stage, UnevenInputs uneven_input
                              .pad(stage == Stage::kTrain && uneven_inputs == UnevenInputs::kPad);
   loader.set_sampler(std::make_shared<DistributedSampler>(n, sampler_options));
   return true;
+}
+
+void balance_training_loader(DataLoader& loader, UnevenInputs uneven_inputs, Strategy& strategy,
+                             const FractionOrCount& limit_train_batches) {
+  if (uneven_inputs == UnevenInputs::kError) {
+    const std::string listing = uneven_counts(strategy, limit_train_batches.apply(loader.size()));
+    LT_CHECK_VALUE(listing.empty(),
+                   "uneven_inputs: error: the ranks would run different numbers of training batches per epoch (",
+                   listing, "); use uneven_inputs: pad (repeat samples so that every rank has as many batches) or ",
+                   "join, or give every rank as many batches");
+  } else if (uneven_inputs == UnevenInputs::kPad) {
+    // Whole loaders are evened out, so that a fraction limit_train_batches
+    // takes the same share of each.
+    const int64_t longest = strategy.all_gather(torch::tensor({loader.size()}, torch::kLong)).max().item<int64_t>();
+    if (loader.size() < longest) {
+      loader.set_sampler(std::make_shared<PaddedSampler>(loader.sampler(), longest * loader.options().batch_size()));
+    }
+  }
 }
 
 }  // namespace lt

@@ -9,7 +9,13 @@
 // sample once, the ranks' batch counts may differ (sync_dist epoch values
 // are merged exactly, core/result_collection.h; predictions are gathered in
 // dataset order, loops/prediction_loop.h). A loader with a custom sampler is
-// used as is (a warning says it must shard itself).
+// used as is (a warning says it must shard itself), and so is every loader
+// with use_distributed_sampler false (per-rank data).
+//
+// Then, whoever sharded it, the training loader is evened out from the ranks'
+// batch counts (balance_training_loader), so that no mode ever leaves ranks
+// with different counts to abort in gloo: kError refuses them before
+// training, kPad repeats samples on the shorter ranks, kJoin runs them as they are.
 
 #include <cstdint>
 #include <string>
@@ -19,6 +25,7 @@
 namespace lt {
 
 class DataLoader;
+class Strategy;
 
 // What the DDP strategy does when ranks would get different numbers of batches.
 enum class UnevenInputs {
@@ -30,5 +37,12 @@ enum class UnevenInputs {
 // Replaces `loader`'s sampler with rank `rank`'s share of `world_size`; false when
 // the loader has a custom sampler, which is kept.
 bool shard_dataloader(DataLoader& loader, Stage stage, UnevenInputs uneven_inputs, int64_t rank, int64_t world_size);
+
+// Before training (collectives: one allgather): kError throws lt::ValueError
+// naming each rank's batch count (after limit_train_batches) when they
+// differ; kPad gives a loader with fewer batches than the longest rank's a
+// PaddedSampler up to that count; kJoin does nothing.
+void balance_training_loader(DataLoader& loader, UnevenInputs uneven_inputs, Strategy& strategy,
+                             const FractionOrCount& limit_train_batches);
 
 }  // namespace lt
