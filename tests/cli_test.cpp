@@ -135,7 +135,7 @@ const char* kTrainerKeys =
     "check_val_every_n_epoch, limit_train_batches, limit_val_batches, limit_test_batches, limit_predict_batches, "
     "num_sanity_val_steps, deterministic, default_root_dir, accelerator, devices, num_nodes, uneven_inputs, "
     "join_enable, join_throw_on_early_termination, join_divide_by_initial_world_size, on_nonfinite, handle_signals, "
-    "log_every_n_steps, enable_progress_bar, enable_checkpointing";
+    "log_every_n_steps, enable_progress_bar, use_distributed_sampler, enable_checkpointing";
 
 // -- config errors: a dozen bad files ---------------------------------------------------------
 
