@@ -8,9 +8,7 @@ void Strategy::setup(LightningModule& module) { module.to(root_device()); }
 
 Batch Strategy::batch_to_device(Batch batch) const {
   const torch::Device device = root_device();
-  batch.data = batch.data.to(device);
-  if (batch.target.defined()) batch.target = batch.target.to(device);
-  return batch;
+  return batch.map([&](const torch::Tensor& t) { return t.to(device); });
 }
 
 torch::Tensor Strategy::training_step(LightningModule& module, const Batch& batch, int64_t batch_idx) {

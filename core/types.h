@@ -7,13 +7,10 @@
 
 #include <ATen/core/Dict.h>
 #include <ATen/core/ivalue.h>
-#include <torch/data/example.h>
+
+#include <lightning_cpp/core/batch.h>
 
 namespace lt {
-
-// A batch: LibTorch's torch::data::Example<> (data, target); `target` may be
-// undefined (predict).
-using Batch = torch::data::Example<>;
 
 // What a piece of the run writes into a checkpoint; picklable as is: a dict
 // of string keys to IValues (tensors, numbers, strings, nested StateDicts).

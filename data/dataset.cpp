@@ -1,19 +1,16 @@
 #include <lightning_cpp/data/dataset.h>
 
 #include <lightning_cpp/core/check.h>
+#include <lightning_cpp/data/collate.h>
 
 namespace lt {
 
 Batch Dataset::get_batch(const std::vector<int64_t>& indices) const {
   LT_INTERNAL_ASSERT(!indices.empty(), "Dataset::get_batch: empty index list");
-  std::vector<torch::Tensor> data, target;
-  data.reserve(indices.size());
-  for (int64_t i : indices) {
-    Batch example = get(i);
-    data.push_back(example.data);
-    if (example.target.defined()) target.push_back(example.target);
-  }
-  return {torch::stack(data), target.empty() ? torch::Tensor() : torch::stack(target)};
+  std::vector<Batch> examples;
+  examples.reserve(indices.size());
+  for (int64_t i : indices) examples.push_back(get(i));
+  return collate(examples);
 }
 
 TensorDataset::TensorDataset(torch::Tensor data, torch::Tensor targets)

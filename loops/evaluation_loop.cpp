@@ -29,7 +29,7 @@ std::map<std::string, double> EvaluationLoop::run(LoopContext& ctx, DataLoader& 
   for (int64_t i = 0; i < n; ++i) {
     Batch batch = loader.get(i);
     batch = ctx.strategy.batch_to_device(std::move(batch));
-    results.set_current_batch_size(batch.data.size(0));
+    results.set_current_batch_size(batch.size());
     if (test) {
       ctx.module.test_step(batch, i);
       ctx.hooks.call(&Callback::on_test_batch_end, batch, i);

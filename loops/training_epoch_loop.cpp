@@ -18,24 +18,19 @@ TrainingEpochLoop::TrainingEpochLoop()
 
 namespace {
 
-std::string describe(const torch::Tensor& t) {
-  return t.defined() ? c10::str(t.sizes(), " ", t.scalar_type()) : std::string("undefined");
-}
-
-// Every batch must look like the first one but for its leading (batch) size,
-// so that a bad batch fails here, naming both shapes, not deep in forward.
+// What must hold for every batch of an epoch, so that a bad batch fails
+// here, naming both, not deep in forward: the first batch's keys, and for
+// each its dtype and rank. Sizes may differ (bucketed sequences, a last short batch).
 void check_like_first(const Batch& first, const Batch& batch, const LoopContext& ctx, int64_t batch_idx) {
-  auto same = [](const torch::Tensor& a, const torch::Tensor& b) {
-    if (a.defined() != b.defined()) return false;
-    if (!a.defined()) return true;
-    return a.scalar_type() == b.scalar_type() && a.dim() == b.dim() && a.dim() >= 1 &&
-           a.sizes().slice(1) == b.sizes().slice(1);
-  };
-  LT_CHECK(same(first.data, batch.data) && same(first.target, batch.target), "bad batch at epoch ",
-           ctx.state.current_epoch, ", batch ", batch_idx, " (global step ", ctx.state.global_step,
-           ", rank ", ctx.strategy.global_rank(), "): data ", describe(batch.data), ", target ",
-           describe(batch.target), "; the epoch's first batch had data ", describe(first.data), ", target ",
-           describe(first.target), " (only the leading batch dimension may differ)");
+  const auto a = first.tensors(), b = batch.tensors();
+  const bool same = a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](const auto& x, const auto& y) {
+                      return x.first == y.first && x.second.scalar_type() == y.second.scalar_type() &&
+                             x.second.dim() == y.second.dim();
+                    });
+  LT_CHECK(same, "bad batch at epoch ", ctx.state.current_epoch, ", batch ", batch_idx, " (global step ",
+           ctx.state.global_step, ", rank ", ctx.strategy.global_rank(), "): ", batch.describe(),
+           "; the epoch's first batch had ", first.describe(), " (every batch must have the same keys, dtypes and ",
+           "numbers of dimensions)");
 }
 
 }  // namespace
@@ -106,7 +101,7 @@ void TrainingEpochLoop::run(LoopContext& ctx, DataLoader& train, DataLoader* val
         check_like_first(first, batch, ctx, it);
       }
       batch = ctx.strategy.batch_to_device(std::move(batch));
-      results.set_current_batch_size(batch.data.size(0));
+      results.set_current_batch_size(batch.size());
       // A rank that ran out of data (Join) runs the optimizer step with the
       // others (lockstep), but none of these hooks.
       torch::Tensor loss;

@@ -4,10 +4,14 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 
 #include <lightning_cpp/core/check.h>
+#include <lightning_cpp/data/collate.h>
 #include <lightning_cpp/data/data_loader.h>
 #include <lightning_cpp/data/fashion_mnist.h>
+#include <lightning_cpp/trainer/trainer.h>
 
 namespace {
 
@@ -50,6 +54,98 @@ TEST(DataLoader, ShuffleIsTorchRandpermOfSeedPlusEpoch) {
   loader.set_epoch(2);
   auto expected = torch::randperm(8, at::detail::createCPUGenerator(7), torch::kLong);
   EXPECT_TRUE(torch::equal(loader.get(0).target, expected));
+}
+
+// -- structured batches and collate ----------------------------------------------------
+
+TEST(Batch, NamedTensorsBesideDataAndTarget) {
+  lt::Batch b({{"tokens", torch::zeros({3, 5}, torch::kLong)}, {"label", torch::ones({3})}});
+  EXPECT_EQ(b.size(), 3);
+  EXPECT_TRUE(b.contains("tokens") && !b.contains("data"));
+  EXPECT_EQ(b["label"].sum().item<double>(), 3.0);
+  EXPECT_EQ(error_of([&] { (void)b["lengths"]; }), "batch has no tensor 'lengths'; it has: label, tokens");
+  EXPECT_EQ(b.describe(), "label [3] Float, tokens [3, 5] Long");
+  const lt::Batch half = b.map([](const torch::Tensor& t) { return t.narrow(0, 0, 1); });
+  EXPECT_EQ(half.size(), 1);
+  EXPECT_EQ(half["tokens"].sizes(), (std::vector<int64_t>{1, 5}));
+  // The (data, target) shorthand and LibTorch's Example are batches too.
+  lt::Batch pair = torch::data::Example<>(torch::ones({2, 4}), torch::zeros({2}));
+  EXPECT_EQ(pair["data"].size(1), 4);
+  EXPECT_EQ(pair.describe(), "data [2, 4] Float, target [2] Float");
+}
+
+TEST(Collate, StacksEveryKeyAndNamesAMismatch) {
+  std::vector<lt::Batch> examples;
+  for (int i = 0; i < 3; ++i) {
+    lt::Batch e(torch::full({2}, i), torch::tensor(i));
+    e.fields["weight"] = torch::tensor(0.5 * i);
+    examples.push_back(e);
+  }
+  const lt::Batch b = lt::collate(examples);
+  EXPECT_EQ(b.data.sizes(), (std::vector<int64_t>{3, 2}));
+  EXPECT_TRUE(b["weight"].equal(torch::tensor({0.0, 0.5, 1.0}, torch::kDouble).to(b["weight"].dtype())));
+  examples[2].data = torch::ones({5}, torch::kLong);
+  EXPECT_EQ(error_of([&] { lt::collate(examples); }),
+            "collate: 'data' of example 2 has shape [5] but example 0 has [2]; for variable-length examples use "
+            "lt::pad_collate");
+  examples[2].data = torch::ones({2}, torch::kLong);
+  examples[2].fields.clear();
+  EXPECT_NE(error_of([&] { lt::collate(examples); }).find("collate: example 2 has no 'weight'"), std::string::npos);
+}
+
+TEST(Collate, PadCollatePadsSequencesAndAddsLengthsAndMask) {
+  std::vector<lt::Batch> examples;
+  for (int64_t n : {3, 1, 2}) {
+    examples.emplace_back(std::map<std::string, torch::Tensor>{
+        {"tokens", torch::arange(1, n + 1, torch::kLong)}, {"label", torch::tensor(n % 2, torch::kLong)}});
+  }
+  const lt::Batch b = lt::pad_collate(examples, lt::PadCollateOptions().padding_value(-1));
+  EXPECT_TRUE(b["tokens"].equal(torch::tensor({1, 2, 3, 1, -1, -1, 1, 2, -1}, torch::kLong).view({3, 3})));
+  EXPECT_TRUE(b["tokens_lengths"].equal(torch::tensor({3, 1, 2}, torch::kLong)));
+  EXPECT_TRUE(b["tokens_mask"].equal(b["tokens"].ne(-1)));
+  EXPECT_TRUE(b["label"].equal(torch::tensor({1, 1, 0}, torch::kLong)));
+  EXPECT_FALSE(b.contains("label_lengths"));  // not ragged: stacked
+}
+
+// A dict-batch dataset of sequences whose length differs from batch to
+// batch trains: the loop's batch check asks for the same keys, dtypes and
+// ranks only.
+TEST(Collate, VariableLengthDictBatchesTrain) {
+  class Sequences : public lt::Dataset {
+   public:
+    int64_t size() const override { return 24; }
+    lt::Batch get(int64_t i) const override {
+      const int64_t n = 1 + i % 5;
+      return lt::Batch({{"x", torch::full({n, 3}, 0.1 * static_cast<double>(i), torch::kFloat)},
+                        {"y", torch::tensor(static_cast<float>(n))}});
+    }
+    lt::Batch get_batch(const std::vector<int64_t>& indices) const override {
+      std::vector<lt::Batch> examples;
+      for (int64_t i : indices) examples.push_back(get(i));
+      return lt::pad_collate(examples);
+    }
+  };
+  struct Model : lt::LightningModule {
+    Model() { fc = register_module("fc", torch::nn::Linear(3, 1)); }
+    torch::Tensor training_step(const lt::Batch& b, int64_t) override {
+      const torch::Tensor mask = b["x_mask"].unsqueeze(-1).to(torch::kFloat);
+      const torch::Tensor pooled = (b["x"] * mask).sum(1) / b["x_lengths"].unsqueeze(1).to(torch::kFloat);
+      lengths.insert(b["x"].size(1));
+      return torch::mse_loss(fc(pooled).squeeze(1), b["y"]);
+    }
+    lt::OptimizerConfig configure_optimizers() override {
+      return std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(0.01));
+    }
+    torch::nn::Linear fc{nullptr};
+    std::set<int64_t> lengths;
+  };
+  auto model = std::make_shared<Model>();
+  lt::Trainer trainer(lt::TrainerOptions().max_epochs(1).enable_progress_bar(false).default_root_dir(
+      (fs::temp_directory_path() / ("lt_data_test_seq_" + std::to_string(::getpid()))).string()));
+  trainer.fit(model, std::make_shared<lt::DataLoader>(std::make_shared<Sequences>(), lt::DataLoaderOptions(3)));
+  EXPECT_EQ(trainer.global_step(), 8);
+  EXPECT_GT(model->lengths.size(), 1u) << "every batch had the same padded length";
+  fs::remove_all(fs::temp_directory_path() / ("lt_data_test_seq_" + std::to_string(::getpid())));
 }
 
 TEST(FashionMnist, RealFilesHaveTheExpectedShapesAndLabels) {

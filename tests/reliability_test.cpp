@@ -272,14 +272,14 @@ TEST(Signals, SecondSignalExitsAtOnceWithoutCheckpoint) {
 
 namespace {
 
-// Rank 1's batch 3 (sample 25, which only rank 1 draws) has 3 features instead of 2.
+// Rank 1's batch 3 (sample 25, which only rank 1 draws) has a dimension too many.
 class BadBatchDataset : public lt::TensorDataset {
  public:
   using lt::TensorDataset::TensorDataset;
   lt::Batch get_batch(const std::vector<int64_t>& indices) const override {
     lt::Batch b = lt::TensorDataset::get_batch(indices);
     if (std::find(indices.begin(), indices.end(), 25) != indices.end()) {
-      b.data = torch::cat({b.data, b.data.narrow(1, 0, 1)}, 1);
+      b.data = b.data.unsqueeze(1);
     }
     return b;
   }
@@ -404,7 +404,8 @@ TEST(BadData, OneRanksBadBatchStopsEveryRankWithTheStepBatchAndShapes) {
   const auto start = std::chrono::steady_clock::now();
   auto r = run_faulty("bad_data", dir.path.string());
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const std::string shapes = "data [4, 3] Float, target [4, 1] Float; the epoch's first batch had data [4, 2] Float";
+  const std::string shapes =
+      "data [4, 1, 2] Float, target [4, 1] Float; the epoch's first batch had data [4, 2] Float";
   EXPECT_TRUE(r.exits[1].exit_code == 1 || r.exits[1].terminated) << r.summary();
   EXPECT_TRUE(contains(r.outputs[1], "bad batch at epoch 0, batch 3 (global step 3, rank 1): " + shapes))
       << r.outputs[1];

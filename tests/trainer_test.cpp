@@ -443,12 +443,14 @@ TEST_F(TrainerTest, AFailedValidateCallsOnExceptionAndLeavesTheTrainerUsable) {
   EXPECT_EQ(trainer.validate(model, val).count("val_loss"), 1u);
 }
 
+// Sizes may differ from batch to batch (variable-length sequences), but not
+// keys, dtypes or ranks.
 TEST_F(TrainerTest, BadBatchNamesBothShapes) {
   class BadRows : public lt::Dataset {
    public:
     int64_t size() const override { return 12; }
     Batch get(int64_t i) const override {
-      return {torch::ones({i >= 8 ? 5 : 4}), torch::zeros({1})};  // examples 8.. have 5 features
+      return {torch::ones({4}, i >= 8 ? torch::kDouble : torch::kFloat), torch::zeros({1})};  // 8..: double
     }
   };
   lt::Trainer trainer(lt::TrainerOptions().max_epochs(1));
@@ -458,9 +460,9 @@ TEST_F(TrainerTest, BadBatchNamesBothShapes) {
     FAIL() << "expected an error";
   } catch (const lt::Error& e) {
     EXPECT_STREQ(e.what(),
-                 "bad batch at epoch 0, batch 2 (global step 2, rank 0): data [4, 5] Float, target [4, 1] Float; the "
-                 "epoch's first batch had data [4, 4] Float, target [4, 1] Float (only the leading batch dimension "
-                 "may differ)");
+                 "bad batch at epoch 0, batch 2 (global step 2, rank 0): data [4, 4] Double, target [4, 1] Float; "
+                 "the epoch's first batch had data [4, 4] Float, target [4, 1] Float (every batch must have the "
+                 "same keys, dtypes and numbers of dimensions)");
   }
 }
 

@@ -1,0 +1,32 @@
+#pragma once
+// Collating examples into a batch (PyTorch's collate_fn). A Dataset's
+// get(i) returns one example as an lt::Batch whose tensors have no batch
+// dimension yet; a collate function makes one batch of several.
+//
+//   lt::collate         stacks every tensor (data, target, each field); the
+//                       examples must have the same keys and shapes.
+//   lt::pad_collate     for variable-length sequences: tensors whose
+//                       dimension 0 differs (the sequence) are padded to the
+//                       longest with `padding_value`; adds "<key>_lengths"
+//                       (Long [B]) and "<key>_mask" (Bool [B, T], true on
+//                       real positions) for each padded key.
+
+#include <functional>
+#include <vector>
+
+#include <torch/arg.h>
+
+#include <lightning_cpp/core/batch.h>
+
+namespace lt {
+
+using CollateFn = std::function<Batch(const std::vector<Batch>& examples)>;
+
+Batch collate(const std::vector<Batch>& examples);
+
+struct PadCollateOptions {
+  TORCH_ARG(double, padding_value) = 0.0;
+};
+Batch pad_collate(const std::vector<Batch>& examples, const PadCollateOptions& options = {});
+
+}  // namespace lt
