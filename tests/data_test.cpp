@@ -4,10 +4,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <algorithm>
 #include <map>
+#include <numeric>
 #include <set>
 
 #include <lightning_cpp/core/check.h>
+#include <lightning_cpp/data/batch_sampler.h>
 #include <lightning_cpp/data/collate.h>
 #include <lightning_cpp/data/data_loader.h>
 #include <lightning_cpp/data/fashion_mnist.h>
@@ -146,6 +149,44 @@ TEST(Collate, VariableLengthDictBatchesTrain) {
   EXPECT_EQ(trainer.global_step(), 8);
   EXPECT_GT(model->lengths.size(), 1u) << "every batch had the same padded length";
   fs::remove_all(fs::temp_directory_path() / ("lt_data_test_seq_" + std::to_string(::getpid())));
+}
+
+TEST(LengthBucketBatchSampler, EverySampleOnceBatchesOfSimilarLengthWithinMaxTokens) {
+  std::vector<int64_t> lengths;
+  for (int64_t i = 0; i < 203; ++i) lengths.push_back(1 + (i * 37) % 50);
+  for (int world = 1; world <= 3; ++world) {
+    std::vector<int64_t> seen;
+    int64_t span = 0, num_batches = 0;  // lengths 1..50 at random: an unsorted batch of 16 spans ~45
+    for (int rank = 0; rank < world; ++rank) {
+      const lt::LengthBucketBatchSampler sampler(
+          lengths, lt::LengthBucketOptions(16).max_tokens(200).bucket_batches(4).seed(3).num_replicas(world).rank(rank));
+      const auto batches = sampler.batches(1);
+      for (const auto& batch : batches) {
+        int64_t shortest = 1000, longest = 0;
+        for (int64_t i : batch) {
+          seen.push_back(i);
+          shortest = std::min(shortest, lengths[i]);
+          longest = std::max(longest, lengths[i]);
+        }
+        EXPECT_LE(static_cast<int64_t>(batch.size()), 16);
+        EXPECT_TRUE(batch.size() == 1 || static_cast<int64_t>(batch.size()) * longest <= 200);
+        span += longest - shortest;
+        ++num_batches;
+      }
+      // The same epoch gives the same batches; the next epoch others; sharded() is the same sampler.
+      EXPECT_EQ(batches, sampler.batches(1));
+      EXPECT_NE(batches, sampler.batches(2));
+      const lt::LengthBucketBatchSampler whole(lengths, lt::LengthBucketOptions(16).max_tokens(200).bucket_batches(4).seed(3));
+      EXPECT_EQ(batches, whole.sharded(rank, world)->batches(1));
+    }
+    std::sort(seen.begin(), seen.end());
+    std::vector<int64_t> all(lengths.size());
+    std::iota(all.begin(), all.end(), 0);
+    EXPECT_EQ(seen, all) << "world " << world;
+    EXPECT_LT(span, 10 * num_batches) << "batches of sorted buckets span few lengths";
+  }
+  EXPECT_NE(error_of([&] { lt::LengthBucketBatchSampler(lengths, lt::LengthBucketOptions(4).num_replicas(2).rank(2)); }),
+            "<no error>");
 }
 
 TEST(FashionMnist, RealFilesHaveTheExpectedShapesAndLabels) {

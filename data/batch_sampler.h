@@ -1,0 +1,66 @@
+#pragma once
+// Batch samplers give the batches of one epoch as lists of dataset indices
+// (PyTorch's batch_sampler): batch sizes and counts are theirs, not the
+// loader's batch_size. A DataLoader given one (set_batch_sampler) uses it
+// instead of its sampler.
+//
+// LengthBucketBatchSampler groups samples of similar length, so that padded
+// sequence batches waste little: per epoch,
+//   1. the order: torch::randperm(n) seeded seed + epoch (shuffle), else 0..n-1;
+//   2. this rank's share: order[rank::num_replicas] (no padding: the shares
+//      differ by at most one sample);
+//   3. chunks of bucket_batches * batch_size samples, each sorted by length
+//      (stable), are cut into batches: batch_size samples each, or with
+//      max_tokens as many as keep count * longest length <= max_tokens;
+//   4. with shuffle the batch order is permuted (seed + epoch again).
+// So ranks get different numbers of batches of different sizes: uneven
+// inputs, which uneven_inputs: join trains. Under DDP the strategy gives the
+// loader's sampler this rank's share (sharded()), as it does with a
+// DistributedSampler, unless use_distributed_sampler is false.
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <torch/arg.h>
+
+namespace lt {
+
+class BatchSampler {
+ public:
+  virtual ~BatchSampler() = default;
+  virtual std::vector<std::vector<int64_t>> batches(int64_t epoch) const = 0;
+  // This sampler for rank `rank` of `num_replicas`, or null if it does not
+  // shard itself (then the strategy keeps it as given: it must shard itself).
+  virtual std::shared_ptr<BatchSampler> sharded(int64_t /*rank*/, int64_t /*num_replicas*/) const { return nullptr; }
+};
+
+struct LengthBucketOptions {
+  LengthBucketOptions(int64_t batch_size) : batch_size_(batch_size) {}  // NOLINT
+  // Samples per batch; with max_tokens > 0, at most this many.
+  TORCH_ARG(int64_t, batch_size);
+  // > 0: a batch holds as many samples as keep count * longest length <= max_tokens.
+  TORCH_ARG(int64_t, max_tokens) = 0;
+  // Samples sorted together: bucket_batches * batch_size.
+  TORCH_ARG(int64_t, bucket_batches) = 50;
+  TORCH_ARG(bool, shuffle) = true;
+  TORCH_ARG(uint64_t, seed) = 0;
+  TORCH_ARG(bool, drop_last) = false;  // drop a last batch with fewer than batch_size samples
+  TORCH_ARG(int64_t, num_replicas) = 1;
+  TORCH_ARG(int64_t, rank) = 0;
+};
+
+class LengthBucketBatchSampler : public BatchSampler {
+ public:
+  // lengths[i]: the length of sample i (e.g. its number of tokens).
+  LengthBucketBatchSampler(std::vector<int64_t> lengths, LengthBucketOptions options);
+  std::vector<std::vector<int64_t>> batches(int64_t epoch) const override;
+  std::shared_ptr<BatchSampler> sharded(int64_t rank, int64_t num_replicas) const override;
+  const LengthBucketOptions& options() const { return options_; }
+
+ private:
+  std::shared_ptr<const std::vector<int64_t>> lengths_;  // shared by the rank copies
+  LengthBucketOptions options_;
+};
+
+}  // namespace lt
