@@ -1,30 +1,229 @@
 #include <lightning_cpp/data/data_loader.h>
 
 #include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include <c10/util/Exception.h>
+#include <torch/cuda.h>
+#include <torch/utils.h>
 
 #include <lightning_cpp/core/check.h>
 
 namespace lt {
 
+namespace {
+
+// "samples 28..31", "sample 5", or the first few of a shuffled batch.
+std::string describe_samples(const std::vector<int64_t>& s) {
+  if (s.size() == 1) return c10::str("sample ", s[0]);
+  bool ascending_run = true;
+  for (size_t k = 1; k < s.size() && ascending_run; ++k) ascending_run = s[k] == s[k - 1] + 1;
+  if (ascending_run) return c10::str("samples ", s.front(), "..", s.back());
+  constexpr size_t kShown = 8;
+  std::string out = "samples ";
+  for (size_t k = 0; k < std::min(s.size(), kShown); ++k) out += c10::str(k ? ", " : "", s[k]);
+  if (s.size() > kShown) out += c10::str(", ... (", s.size(), " in all)");
+  return out;
+}
+
+template <typename E>
+std::exception_ptr c10_with_context(const E& e, const std::string& context) {
+  return std::make_exception_ptr(E(context + e.what_without_backtrace(), e.backtrace(), e.caller()));
+}
+
+// The same exception type where we know how to rebuild it (lt's, c10's, the
+// standard ones users throw), its message prefixed with `context`; any other
+// as a std::runtime_error.
+std::exception_ptr with_context(std::exception_ptr error, const std::string& context) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const ValueError& e) {
+    return std::make_exception_ptr(ValueError(context + e.what()));
+  } catch (const Error& e) {
+    return std::make_exception_ptr(Error(context + e.what()));
+  } catch (const c10::IndexError& e) {
+    return c10_with_context(e, context);
+  } catch (const c10::ValueError& e) {
+    return c10_with_context(e, context);
+  } catch (const c10::TypeError& e) {
+    return c10_with_context(e, context);
+  } catch (const c10::NotImplementedError& e) {
+    return c10_with_context(e, context);
+  } catch (const c10::Error& e) {
+    return c10_with_context(e, context);
+  } catch (const std::invalid_argument& e) {
+    return std::make_exception_ptr(std::invalid_argument(context + e.what()));
+  } catch (const std::out_of_range& e) {
+    return std::make_exception_ptr(std::out_of_range(context + e.what()));
+  } catch (const std::exception& e) {
+    return std::make_exception_ptr(std::runtime_error(context + e.what()));
+  } catch (...) {
+    return std::make_exception_ptr(std::runtime_error(context + "an exception that is not a std::exception"));
+  }
+}
+
+}  // namespace
+
+// The prefetch window and its worker threads. All members but the dataset
+// are guarded by mutex_. A slot is shared by the window and the worker that
+// computes it, so dropping it from the window (a restart, shutdown) never
+// waits for that worker: its result lands in a slot nobody reads.
+class DataLoader::Workers {
+ public:
+  Workers(const DataLoader& loader, int64_t num_workers, int64_t window)
+      : loader_(loader), num_workers_(num_workers), window_size_(window) {}
+  ~Workers() { stop(); }
+
+  Batch get(int64_t batch_idx, std::vector<int64_t> indices, int64_t epoch_size);
+  void stop();
+
+ private:
+  struct Slot {
+    int64_t batch_idx;
+    int64_t epoch;
+    std::vector<int64_t> indices;
+    bool started = false;
+    bool done = false;
+    Batch batch;
+    std::exception_ptr error;
+  };
+
+  void run();
+  std::shared_ptr<Slot> make_slot(int64_t batch_idx, std::vector<int64_t> indices) const {
+    return std::make_shared<Slot>(Slot{batch_idx, loader_.epoch_, std::move(indices)});
+  }
+
+  const DataLoader& loader_;  // owns this; its indices are only changed after stop()
+  const int64_t num_workers_;
+  const int64_t window_size_;
+  std::mutex consumer_mutex_;  // one get() or stop() at a time: a get() waits on a slot only it drops
+  std::mutex mutex_;
+  std::condition_variable work_cv_;  // a worker waits for an unstarted slot or stop_
+  std::condition_variable done_cv_;  // get() waits for its slot to be done
+  // Consecutive batches, front = the one get() serves or served last.
+  std::deque<std::shared_ptr<Slot>> window_;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
+Batch DataLoader::Workers::get(int64_t batch_idx, std::vector<int64_t> indices, int64_t epoch_size) {
+  std::lock_guard<std::mutex> consumer(consumer_mutex_);
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (threads_.empty()) {
+    threads_.reserve(static_cast<size_t>(num_workers_));
+    for (int64_t w = 0; w < num_workers_; ++w) threads_.emplace_back([this] { run(); });
+  }
+  // A batch ahead in the window is served from it; any other index restarts
+  // the window there (a resumed epoch, a limit, a second validation pass).
+  while (!window_.empty() && window_.front()->batch_idx < batch_idx) window_.pop_front();
+  if (!window_.empty() && window_.front()->batch_idx != batch_idx) window_.clear();
+  if (window_.empty()) window_.push_back(make_slot(batch_idx, std::move(indices)));
+  const int64_t end = std::min(epoch_size, batch_idx + 1 + window_size_);
+  for (int64_t next = window_.back()->batch_idx + 1; next < end; ++next) {
+    window_.push_back(make_slot(next, loader_.batch_indices(next)));
+  }
+  work_cv_.notify_all();
+  std::shared_ptr<Slot> slot = window_.front();
+  done_cv_.wait(lock, [&] { return slot->done; });
+  window_.pop_front();
+  lock.unlock();
+  if (slot->error) std::rethrow_exception(slot->error);
+  return std::move(slot->batch);
+}
+
+void DataLoader::Workers::stop() {
+  std::lock_guard<std::mutex> consumer(consumer_mutex_);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+    window_.clear();
+  }
+  work_cv_.notify_all();
+  for (std::thread& t : threads_) t.join();
+  threads_.clear();
+  std::lock_guard<std::mutex> lock(mutex_);
+  stop_ = false;
+}
+
+void DataLoader::Workers::run() {
+  // Batches are inputs: no autograd. (Not InferenceMode: its tensors cannot be
+  // saved for backward by the training step.)
+  torch::NoGradGuard no_grad;
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (true) {
+    std::shared_ptr<Slot> slot;
+    work_cv_.wait(lock, [&] {
+      if (stop_) return true;
+      for (const auto& s : window_) {
+        if (!s->started) {
+          slot = s;
+          return true;
+        }
+      }
+      return false;
+    });
+    if (stop_) return;
+    slot->started = true;
+    lock.unlock();
+    Batch batch;
+    std::exception_ptr error;
+    try {
+      batch = loader_.load(slot->indices);
+    } catch (...) {
+      error = with_context(std::current_exception(), c10::str("DataLoader worker: epoch ", slot->epoch, ", batch ",
+                                                              slot->batch_idx, " (", describe_samples(slot->indices),
+                                                              "): "));
+    }
+    lock.lock();
+    slot->batch = std::move(batch);
+    slot->error = error;
+    slot->done = true;
+    done_cv_.notify_all();
+  }
+}
+
 DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, DataLoaderOptions options)
     : dataset_(std::move(dataset)), options_(options) {
   LT_CHECK(dataset_ != nullptr, "DataLoader: dataset is null");
   LT_CHECK(options_.batch_size() >= 1, "DataLoader: batch_size must be >= 1, got ", options_.batch_size());
+  LT_CHECK_VALUE(options_.num_workers() >= 0, "DataLoader: num_workers must be >= 0, got ", options_.num_workers());
+  LT_CHECK_VALUE(options_.prefetch_factor() >= 1, "DataLoader: prefetch_factor must be >= 1, got ",
+                 options_.prefetch_factor());
   if (options_.shuffle()) {
     sampler_ = std::make_shared<RandomSampler>(dataset_->size(), options_.seed());
   } else {
     sampler_ = std::make_shared<SequentialSampler>(dataset_->size());
   }
+  pin_ = options_.pin_memory() && torch::cuda::is_available();
+  if (options_.num_workers() > 0) {
+    workers_ = std::make_unique<Workers>(*this, options_.num_workers(),
+                                         options_.num_workers() * options_.prefetch_factor());
+  }
   set_epoch(0);
+}
+
+// Joins the workers before the members they read (dataset_, options_) go.
+DataLoader::~DataLoader() { workers_.reset(); }
+
+void DataLoader::shutdown() {
+  if (workers_) workers_->stop();
 }
 
 void DataLoader::set_sampler(std::shared_ptr<Sampler> sampler) {
   LT_CHECK(sampler != nullptr, "DataLoader::set_sampler: sampler is null");
+  shutdown();
   sampler_ = std::move(sampler);
   set_epoch(epoch_);
 }
 
 void DataLoader::set_epoch(int64_t epoch) {
+  shutdown();
   epoch_ = epoch;
   indices_ = sampler_->indices(epoch);
 }
@@ -43,6 +242,19 @@ std::vector<int64_t> DataLoader::batch_indices(int64_t batch_idx) const {
   return std::vector<int64_t>(begin, end);
 }
 
-Batch DataLoader::get(int64_t batch_idx) const { return dataset_->get_batch(batch_indices(batch_idx)); }
+Batch DataLoader::load(const std::vector<int64_t>& indices) const {
+  Batch batch = dataset_->get_batch(indices);
+  if (pin_) {
+    if (batch.data.defined()) batch.data = batch.data.pin_memory();
+    if (batch.target.defined()) batch.target = batch.target.pin_memory();
+  }
+  return batch;
+}
+
+Batch DataLoader::get(int64_t batch_idx) const {
+  std::vector<int64_t> indices = batch_indices(batch_idx);
+  if (!workers_) return load(indices);
+  return workers_->get(batch_idx, std::move(indices), size());
+}
 
 }  // namespace lt

@@ -2,6 +2,22 @@
 // A random-access loader over a map-style Dataset: the loops ask for batch i
 // of the current epoch, which keeps limit_*_batches, resume and the
 // distributed shard bookkeeping simple.
+//
+// With num_workers > 0, get(i) is served by a pool of worker threads that
+// compute the batches after i while the loop trains on i (PyTorch's
+// DataLoader workers, as threads). Invariants:
+//   - batch i is always dataset->get_batch(batch_indices(i)) of the current
+//     epoch and sampler: the same batches, in the same order, as with 0 workers;
+//   - the window: while get(i) is served, batches i+1 .. i+num_workers*prefetch_factor
+//     (clipped to the epoch) are queued or computed, never more; a get(j) other
+//     than a batch in the window restarts the window at j;
+//   - the threads start at the first get() of an epoch; set_epoch, set_sampler,
+//     shutdown and the destructor drop the window, wait for the batches being
+//     computed and join every thread, so no dataset code runs once they return;
+//   - a worker's exception is rethrown by the get() of its batch, with the epoch,
+//     batch and sample indices in front of its message.
+// get() is called by one thread at a time for a loader (the loop's); the
+// Dataset's get/get_batch are called from several worker threads at once.
 
 #include <cstdint>
 #include <memory>
@@ -20,32 +36,56 @@ struct DataLoaderOptions {
   TORCH_ARG(bool, shuffle) = false;
   TORCH_ARG(bool, drop_last) = false;
   TORCH_ARG(uint64_t, seed) = 0;
+  // Worker threads computing batches ahead of the loop; 0 computes each batch
+  // in get(), on the caller's thread.
+  TORCH_ARG(int64_t, num_workers) = 0;
+  // Batches computed ahead per worker (PyTorch's prefetch_factor); only with num_workers > 0.
+  TORCH_ARG(int64_t, prefetch_factor) = 2;
+  // Returns batches in page-locked memory (faster, asynchronous copies to a
+  // GPU) when CUDA is available; without CUDA it does nothing.
+  TORCH_ARG(bool, pin_memory) = false;
 };
 
 class DataLoader {
  public:
   DataLoader(std::shared_ptr<Dataset> dataset, DataLoaderOptions options);
+  ~DataLoader();
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
 
   // Number of batches in an epoch for the current sampler.
   int64_t size() const;
-  // Selects the epoch's index order; call before get().
+  // Selects the epoch's index order; call before get(). Stops the workers.
   void set_epoch(int64_t epoch);
+  // Batch `batch_idx` of the current epoch. With workers, logically const:
+  // it only moves the prefetch window.
   Batch get(int64_t batch_idx) const;
   // The dataset indices of batch `batch_idx` (Lightning's batch_indices).
   std::vector<int64_t> batch_indices(int64_t batch_idx) const;
+  // Drops the prefetched batches and joins the worker threads; the next get()
+  // starts them again. Nothing to do without workers or before the first get().
+  void shutdown();
 
   const std::shared_ptr<Dataset>& dataset() const { return dataset_; }
   const DataLoaderOptions& options() const { return options_; }
   const std::shared_ptr<Sampler>& sampler() const { return sampler_; }
+  // Stops the workers.
   void set_sampler(std::shared_ptr<Sampler> sampler);
   int64_t num_samples() const { return static_cast<int64_t>(indices_.size()); }
 
  private:
+  class Workers;
+
+  Batch load(const std::vector<int64_t>& indices) const;
+
   std::shared_ptr<Dataset> dataset_;
   DataLoaderOptions options_;
   std::shared_ptr<Sampler> sampler_;
   int64_t epoch_ = 0;
   std::vector<int64_t> indices_;
+  bool pin_ = false;  // pin_memory and CUDA available
+  // Null without workers; with them, created with the loader (no thread yet).
+  std::unique_ptr<Workers> workers_;
 };
 
 }  // namespace lt

@@ -14,6 +14,12 @@
 
 namespace lt {
 
+// Thread-safety: with DataLoaderOptions::num_workers > 0, get() and
+// get_batch() are called from several worker threads at once (never while the
+// loader's set_epoch or set_sampler runs); they are const and must stay safe
+// to call concurrently (no unguarded mutable state, no shared file cursor).
+// Random augmentation drawn there from the default generator then depends on
+// the workers' timing; a generator seeded from the index keeps runs reproducible.
 class Dataset {
  public:
   virtual ~Dataset() = default;
