@@ -85,9 +85,11 @@ class DataLoader::Workers {
 
  private:
   struct Slot {
-    int64_t batch_idx;
-    int64_t epoch;
-    std::vector<int64_t> indices;
+    Slot(int64_t batch_idx, int64_t epoch, std::vector<int64_t> indices)
+        : batch_idx(batch_idx), epoch(epoch), indices(std::move(indices)) {}
+    const int64_t batch_idx;
+    const int64_t epoch;
+    const std::vector<int64_t> indices;
     bool started = false;
     bool done = false;
     Batch batch;
@@ -96,7 +98,7 @@ class DataLoader::Workers {
 
   void run();
   std::shared_ptr<Slot> make_slot(int64_t batch_idx, std::vector<int64_t> indices) const {
-    return std::make_shared<Slot>(Slot{batch_idx, loader_.epoch_, std::move(indices)});
+    return std::make_shared<Slot>(batch_idx, loader_.epoch_, std::move(indices));
   }
 
   const DataLoader& loader_;  // owns this; its indices are only changed after stop()
