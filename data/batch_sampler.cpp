@@ -9,6 +9,20 @@
 
 namespace lt {
 
+PaddedBatchSampler::PaddedBatchSampler(std::shared_ptr<BatchSampler> inner, int64_t num_batches)
+    : inner_(std::move(inner)), num_batches_(num_batches) {
+  LT_CHECK(inner_ != nullptr, "PaddedBatchSampler: the batch sampler is null");
+}
+
+std::vector<std::vector<int64_t>> PaddedBatchSampler::batches(int64_t epoch) const {
+  std::vector<std::vector<int64_t>> out = inner_->batches(epoch);
+  const size_t own = out.size();
+  LT_CHECK_VALUE(own > 0 || num_batches_ == 0, "uneven_inputs: pad: this rank has no batches to repeat (its ",
+                 "batch sampler gave none for epoch ", epoch, "); use uneven_inputs: join");
+  for (size_t i = 0; static_cast<int64_t>(out.size()) < num_batches_; ++i) out.push_back(out[i % own]);
+  return out;
+}
+
 LengthBucketBatchSampler::LengthBucketBatchSampler(std::vector<int64_t> lengths, LengthBucketOptions options)
     : lengths_(std::make_shared<const std::vector<int64_t>>(std::move(lengths))), options_(options) {
   LT_CHECK_VALUE(options_.batch_size() >= 1, "LengthBucketBatchSampler: batch_size must be >= 1, got ",

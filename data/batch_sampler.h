@@ -35,6 +35,19 @@ class BatchSampler {
   virtual std::shared_ptr<BatchSampler> sharded(int64_t /*rank*/, int64_t /*num_replicas*/) const { return nullptr; }
 };
 
+// The batches of `inner`, repeated from their start until there are
+// `num_batches`: uneven_inputs pad for a loader with a batch sampler.
+class PaddedBatchSampler : public BatchSampler {
+ public:
+  PaddedBatchSampler(std::shared_ptr<BatchSampler> inner, int64_t num_batches);
+  std::vector<std::vector<int64_t>> batches(int64_t epoch) const override;
+  const std::shared_ptr<BatchSampler>& inner() const { return inner_; }
+
+ private:
+  std::shared_ptr<BatchSampler> inner_;
+  int64_t num_batches_;
+};
+
 struct LengthBucketOptions {
   LengthBucketOptions(int64_t batch_size) : batch_size_(batch_size) {}  // NOLINT
   // Samples per batch; with max_tokens > 0, at most this many.

@@ -62,10 +62,10 @@ Batch pad_collate(const std::vector<Batch>& examples, const PadCollateOptions& o
   Batch out;
   for (const auto& [key, first] : examples.front().tensors()) {
     std::vector<torch::Tensor> parts = gather_key(examples, key);
-    const bool ragged = first.dim() >= 1 && std::any_of(parts.begin(), parts.end(), [&](const torch::Tensor& t) {
-                          return t.size(0) != first.size(0);
-                        });
-    if (!ragged) {
+    const auto& keys = options.keys();
+    const bool sequence = keys.empty() ? first.dim() >= 1 : std::find(keys.begin(), keys.end(), key) != keys.end();
+    LT_CHECK_VALUE(!sequence || first.dim() >= 1, "pad_collate: '", key, "' is a 0-dim tensor, not a sequence");
+    if (!sequence) {
       put(out, key, torch::stack(parts));
       continue;
     }

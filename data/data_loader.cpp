@@ -224,32 +224,43 @@ void DataLoader::set_sampler(std::shared_ptr<Sampler> sampler) {
   set_epoch(epoch_);
 }
 
+void DataLoader::set_batch_sampler(std::shared_ptr<BatchSampler> batch_sampler) {
+  shutdown();
+  batch_sampler_ = std::move(batch_sampler);
+  set_epoch(epoch_);
+}
+
 void DataLoader::set_epoch(int64_t epoch) {
   shutdown();
   epoch_ = epoch;
-  indices_ = sampler_->indices(epoch);
-}
-
-int64_t DataLoader::size() const {
-  const int64_t n = num_samples(), b = options_.batch_size();
-  return options_.drop_last() ? n / b : (n + b - 1) / b;
+  batches_.clear();
+  num_samples_ = 0;
+  if (batch_sampler_) {
+    batches_ = batch_sampler_->batches(epoch);
+    for (const auto& batch : batches_) {
+      LT_CHECK_VALUE(!batch.empty(), "DataLoader: the batch sampler gave an empty batch (epoch ", epoch, ")");
+      num_samples_ += static_cast<int64_t>(batch.size());
+    }
+    return;
+  }
+  const std::vector<int64_t> indices = sampler_->indices(epoch);
+  const auto n = static_cast<int64_t>(indices.size()), b = options_.batch_size();
+  const int64_t count = options_.drop_last() ? n / b : (n + b - 1) / b;
+  for (int64_t i = 0; i < count; ++i) {
+    batches_.emplace_back(indices.begin() + i * b, indices.begin() + std::min((i + 1) * b, n));
+    num_samples_ += static_cast<int64_t>(batches_.back().size());
+  }
 }
 
 std::vector<int64_t> DataLoader::batch_indices(int64_t batch_idx) const {
   LT_INTERNAL_ASSERT(batch_idx >= 0 && batch_idx < size(), "DataLoader: batch ", batch_idx, " out of range [0, ",
                      size(), ")");
-  const int64_t b = options_.batch_size();
-  const auto begin = indices_.begin() + batch_idx * b;
-  const auto end = indices_.begin() + std::min<int64_t>((batch_idx + 1) * b, num_samples());
-  return std::vector<int64_t>(begin, end);
+  return batches_[batch_idx];
 }
 
 Batch DataLoader::load(const std::vector<int64_t>& indices) const {
   Batch batch = dataset_->get_batch(indices);
-  if (pin_) {
-    if (batch.data.defined()) batch.data = batch.data.pin_memory();
-    if (batch.target.defined()) batch.target = batch.target.pin_memory();
-  }
+  if (pin_) batch = batch.map([](const torch::Tensor& t) { return t.pin_memory(); });
   return batch;
 }
 

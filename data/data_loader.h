@@ -25,6 +25,7 @@
 
 #include <torch/arg.h>
 
+#include <lightning_cpp/data/batch_sampler.h>
 #include <lightning_cpp/data/dataset.h>
 #include <lightning_cpp/data/sampler.h>
 
@@ -53,8 +54,8 @@ class DataLoader {
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
 
-  // Number of batches in an epoch for the current sampler.
-  int64_t size() const;
+  // Number of batches in an epoch for the current sampler (or batch sampler).
+  int64_t size() const { return static_cast<int64_t>(batches_.size()); }
   // Selects the epoch's index order; call before get(). Stops the workers.
   void set_epoch(int64_t epoch);
   // Batch `batch_idx` of the current epoch. With workers, logically const:
@@ -71,7 +72,12 @@ class DataLoader {
   const std::shared_ptr<Sampler>& sampler() const { return sampler_; }
   // Stops the workers.
   void set_sampler(std::shared_ptr<Sampler> sampler);
-  int64_t num_samples() const { return static_cast<int64_t>(indices_.size()); }
+  // Batches from `batch_sampler` (their sizes and count) instead of the
+  // sampler and batch_size; null: back to those. Stops the workers.
+  void set_batch_sampler(std::shared_ptr<BatchSampler> batch_sampler);
+  const std::shared_ptr<BatchSampler>& batch_sampler() const { return batch_sampler_; }
+  // Samples in this epoch's batches.
+  int64_t num_samples() const { return num_samples_; }
 
  private:
   class Workers;
@@ -81,8 +87,10 @@ class DataLoader {
   std::shared_ptr<Dataset> dataset_;
   DataLoaderOptions options_;
   std::shared_ptr<Sampler> sampler_;
+  std::shared_ptr<BatchSampler> batch_sampler_;
   int64_t epoch_ = 0;
-  std::vector<int64_t> indices_;
+  std::vector<std::vector<int64_t>> batches_;  // this epoch's, as dataset indices
+  int64_t num_samples_ = 0;
   bool pin_ = false;  // pin_memory and CUDA available
   // Null without workers; with them, created with the loader (no thread yet).
   std::unique_ptr<Workers> workers_;

@@ -107,7 +107,12 @@ TEST(Collate, PadCollatePadsSequencesAndAddsLengthsAndMask) {
   EXPECT_TRUE(b["tokens_lengths"].equal(torch::tensor({3, 1, 2}, torch::kLong)));
   EXPECT_TRUE(b["tokens_mask"].equal(b["tokens"].ne(-1)));
   EXPECT_TRUE(b["label"].equal(torch::tensor({1, 1, 0}, torch::kLong)));
-  EXPECT_FALSE(b.contains("label_lengths"));  // not ragged: stacked
+  EXPECT_FALSE(b.contains("label_lengths"));  // a scalar per example: stacked
+  // Sequences of one length get lengths and a mask too: every batch has the same keys.
+  const lt::Batch even = lt::pad_collate({examples[0], examples[0]});
+  EXPECT_TRUE(even["tokens_mask"].all().item<bool>());
+  EXPECT_EQ(error_of([&] { lt::pad_collate(examples, lt::PadCollateOptions().keys({"label"})); }),
+            "pad_collate: 'label' is a 0-dim tensor, not a sequence");
 }
 
 // A dict-batch dataset of sequences whose length differs from batch to

@@ -164,6 +164,9 @@ void DDPStrategy::process_dataloader(DataLoader& loader, Stage stage, const Trai
   if (const auto* padded = dynamic_cast<const PaddedSampler*>(loader.sampler().get())) {
     loader.set_sampler(padded->inner());
   }
+  if (const auto* padded = dynamic_cast<const PaddedBatchSampler*>(loader.batch_sampler().get())) {
+    loader.set_batch_sampler(padded->inner());
+  }
   if (options.use_distributed_sampler()) shard_dataloader(loader, stage, options_.uneven_inputs(), rank_, world_size_);
   if (stage == Stage::kTrain) balance_training_loader(loader, options_.uneven_inputs(), *this, options.limit_train_batches());
 }

@@ -626,10 +626,27 @@ class OwnSamples : public lt::Sampler {
   int64_t n_;
 };
 
+// Its own samples in batches of 4: a batch sampler DDP keeps.
+class OwnBatches : public lt::BatchSampler {
+ public:
+  explicit OwnBatches(int64_t n) : n_(n) {}
+  std::vector<std::vector<int64_t>> batches(int64_t) const override {
+    std::vector<std::vector<int64_t>> out;
+    for (int64_t i = 0; i < n_; i += 4) {
+      out.emplace_back();
+      for (int64_t j = i; j < std::min<int64_t>(i + 4, n_); ++j) out.back().push_back(j);
+    }
+    return out;
+  }
+
+ private:
+  int64_t n_;
+};
+
 // Rank 0 has 20 samples of its own, rank 1 12 (batches of 4: 5 and 3),
-// given as a plain loader with use_distributed_sampler false (LT_HOW=flag) or
-// with a custom sampler (sampler); LT_HOW=padded: rank 1's 12 samples
-// repeated to 20 by hand. Trains 2 epochs with uneven_inputs LT_MODE; writes
+// given as a plain loader with use_distributed_sampler false (LT_HOW=flag),
+// with a custom sampler (sampler) or batch sampler (batches); LT_HOW=padded:
+// rank 1's 12 samples repeated to 20 by hand. Trains 2 epochs with uneven_inputs LT_MODE; writes
 // the final parameters and the samples each rank trained on.
 LT_TEST_WORKER(PerRankData) {
   const int64_t rank = env_int("RANK");
@@ -656,12 +673,13 @@ LT_TEST_WORKER(PerRankData) {
   lt::Trainer trainer(lt::TrainerOptions()
                           .devices(2)
                           .strategy(std::make_shared<lt::DDPStrategy>(test_strategy_options().uneven_inputs(uneven)))
-                          .use_distributed_sampler(how == "sampler")
+                          .use_distributed_sampler(how == "sampler" || how == "batches")
                           .max_epochs(2)
                           .enable_progress_bar(false)
                           .default_root_dir(env_str("LT_OUT")));
   auto loader = std::make_shared<lt::DataLoader>(std::make_shared<lt::TensorDataset>(x, y), lt::DataLoaderOptions(4));
   if (how == "sampler") loader->set_sampler(std::make_shared<OwnSamples>(x.size(0)));
+  if (how == "batches") loader->set_batch_sampler(std::make_shared<OwnBatches>(x.size(0)));
   try {
     trainer.fit(net, loader);
   } catch (const lt::ValueError& e) {
@@ -698,7 +716,7 @@ TEST(Ddp, PerRankDataWithEveryUnevenInputsMode) {
     ASSERT_EQ(a.size(), b.size()) << what;
     for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::allclose(a[i], b[i], 1e-6, 1e-7)) << what << " " << i;
   };
-  for (const char* how : {"flag", "sampler"}) {
+  for (const char* how : {"flag", "sampler", "batches"}) {
     run("error", how);
     // pad: as if rank 1's data had been repeated by hand; every rank alike.
     const auto padded = run("pad", "padded"), pad = run("pad", how);

@@ -9,6 +9,15 @@
 namespace lt {
 
 bool shard_dataloader(DataLoader& loader, Stage stage, UnevenInputs uneven_inputs, int64_t rank, int64_t world_size) {
+  if (const auto& batch_sampler = loader.batch_sampler()) {
+    if (auto mine = batch_sampler->sharded(rank, world_size)) {
+      loader.set_batch_sampler(std::move(mine));
+      return true;
+    }
+    rank_zero_warn("strategy ddp: the ", stage_name(stage),
+                   " loader has a custom batch sampler; it is used as is, so it must give each rank its own shard");
+    return false;
+  }
   const Sampler* current = loader.sampler().get();
   const bool replaceable = dynamic_cast<const SequentialSampler*>(current) != nullptr ||
                            dynamic_cast<const RandomSampler*>(current) != nullptr ||
@@ -40,7 +49,9 @@ void balance_training_loader(DataLoader& loader, UnevenInputs uneven_inputs, Str
     // Whole loaders are evened out, so that a fraction limit_train_batches
     // takes the same share of each.
     const int64_t longest = strategy.all_gather(torch::tensor({loader.size()}, torch::kLong)).max().item<int64_t>();
-    if (loader.size() < longest) {
+    if (loader.size() < longest && loader.batch_sampler()) {
+      loader.set_batch_sampler(std::make_shared<PaddedBatchSampler>(loader.batch_sampler(), longest));
+    } else if (loader.size() < longest) {
       loader.set_sampler(std::make_shared<PaddedSampler>(loader.sampler(), longest * loader.options().batch_size()));
     }
   }

@@ -8,9 +8,11 @@
 // Evaluation and prediction loaders are sharded without padding: every
 // sample once, the ranks' batch counts may differ (sync_dist epoch values
 // are merged exactly, core/result_collection.h; predictions are gathered in
-// dataset order, loops/prediction_loop.h). A loader with a custom sampler is
-// used as is (a warning says it must shard itself), and so is every loader
-// with use_distributed_sampler false (per-rank data).
+// dataset order, loops/prediction_loop.h). A batch sampler that shards
+// itself (BatchSampler::sharded, e.g. LengthBucketBatchSampler) is given this
+// rank's share. A loader with a custom sampler or batch sampler is used as is
+// (a warning says it must shard itself), and so is every loader with
+// use_distributed_sampler false (per-rank data).
 //
 // Then, whoever sharded it, the training loader is evened out from the ranks'
 // batch counts (balance_training_loader), so that no mode ever leaves ranks
