@@ -265,7 +265,8 @@ TEST_F(CheckpointTest, ResumedRunContinuesItsLoggerFolderAndMetrics) {
   c.fit(resumed, data(true), data(false), "last");
   expect_same_weights(*straight, *resumed);
   EXPECT_FALSE(fs::exists(run_dir / "lightning_logs" / "version_1")) << "the resumed run started a new version";
-  EXPECT_EQ(read_text(version0 / "metrics.csv"), read_text(straight_dir / "lightning_logs" / "version_0" / "metrics.csv"));
+  EXPECT_EQ(read_text(version0 / "metrics.csv"),
+            read_text(straight_dir / "lightning_logs" / "version_0" / "metrics.csv"));
 
   // validate in a new process: "best" is the best model the newest
   // checkpoint names (as the uninterrupted run does); "last" the newest file.

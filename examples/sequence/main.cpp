@@ -121,7 +121,8 @@ int main(int argc, char** argv) {
     auto metrics = trainer.test(model, bucketed(std::make_shared<DigitSequences>(1000, 8), /*shuffle=*/false));
     if (trainer.is_global_zero()) {
       std::string per_rank;
-      for (int64_t r = 0; r < counts.numel(); ++r) per_rank += c10::str(r ? ", " : "", counts.flatten()[r].item<int64_t>());
+      const torch::Tensor flat = counts.flatten();
+      for (int64_t r = 0; r < flat.numel(); ++r) per_rank += c10::str(r ? ", " : "", flat[r].item<int64_t>());
       std::printf("training batches per rank: %s\n", per_rank.c_str());
       std::printf("sequence test accuracy: %.4f\n", metrics["test_acc"]);
     }

@@ -168,7 +168,9 @@ void DDPStrategy::process_dataloader(DataLoader& loader, Stage stage, const Trai
     loader.set_batch_sampler(padded->inner());
   }
   if (options.use_distributed_sampler()) shard_dataloader(loader, stage, options_.uneven_inputs(), rank_, world_size_);
-  if (stage == Stage::kTrain) balance_training_loader(loader, options_.uneven_inputs(), *this, options.limit_train_batches());
+  if (stage == Stage::kTrain) {
+    balance_training_loader(loader, options_.uneven_inputs(), *this, options.limit_train_batches());
+  }
 }
 
 torch::Tensor DDPStrategy::training_step(LightningModule& module, const Batch& batch, int64_t batch_idx) {

@@ -33,8 +33,11 @@
 //     off the number of ranks active at w's synced iteration (the ranks with
 //     data in w: the heartbeat of that iteration counts them).
 //
-// At the epoch's start (Join enabled, 2+ ranks): one allgather of the ranks'
-// batch counts; the longest is the epoch_length() validation points count in.
+// At the epoch's start (2+ ranks): one allgather of the ranks' batch counts.
+// Join: the longest is the epoch_length() validation points count in;
+// no_sync (and Join disabled): counts that differ are refused there, on every
+// rank, naming them (the loaders were evened out before training; see
+// ddp/sharding.h), so no rank waits in an allreduce another never issues.
 //
 // Collectives of one iteration, in order, on the DDP process group:
 //   active rank (real or padding micro-batch):
