@@ -119,7 +119,7 @@ class Strategy {
   // Replaces the loader's sampler where the strategy shards data.
   virtual void process_dataloader(DataLoader& /*loader*/, Stage /*stage*/, const TrainerOptions& /*options*/) {}
 
-  // Moves a batch (data and, where defined, target) to root_device().
+  // Moves every tensor of a batch to root_device().
   virtual Batch batch_to_device(Batch batch) const;
 
   // -- training ----------------------------------------------------------------

@@ -101,7 +101,7 @@ class DataLoader::Workers {
     return std::make_shared<Slot>(batch_idx, loader_.epoch_, std::move(indices));
   }
 
-  const DataLoader& loader_;  // owns this; its indices are only changed after stop()
+  const DataLoader& loader_;  // owns this; its batches are only changed after stop()
   const int64_t num_workers_;
   const int64_t window_size_;
   std::mutex consumer_mutex_;  // one get() or stop() at a time: a get() waits on a slot only it drops
@@ -259,7 +259,15 @@ std::vector<int64_t> DataLoader::batch_indices(int64_t batch_idx) const {
 }
 
 Batch DataLoader::load(const std::vector<int64_t>& indices) const {
-  Batch batch = dataset_->get_batch(indices);
+  Batch batch;
+  if (options_.collate()) {
+    std::vector<Batch> examples;
+    examples.reserve(indices.size());
+    for (int64_t i : indices) examples.push_back(dataset_->get(i));
+    batch = options_.collate()(examples);
+  } else {
+    batch = dataset_->get_batch(indices);
+  }
   if (pin_) batch = batch.map([](const torch::Tensor& t) { return t.pin_memory(); });
   return batch;
 }

@@ -26,6 +26,7 @@
 #include <torch/arg.h>
 
 #include <lightning_cpp/data/batch_sampler.h>
+#include <lightning_cpp/data/collate.h>
 #include <lightning_cpp/data/dataset.h>
 #include <lightning_cpp/data/sampler.h>
 
@@ -45,6 +46,9 @@ struct DataLoaderOptions {
   // Returns batches in page-locked memory (faster, asynchronous copies to a
   // GPU) when CUDA is available; without CUDA it does nothing.
   TORCH_ARG(bool, pin_memory) = false;
+  // PyTorch's collate_fn: makes a batch of the examples dataset->get(i)
+  // returns (e.g. lt::pad_collate); unset: dataset->get_batch(indices).
+  TORCH_ARG(CollateFn, collate) = nullptr;
 };
 
 class DataLoader {

@@ -1,5 +1,5 @@
 #pragma once
-// Map-style datasets returning lt::Batch (core/types.h). Any LibTorch dataset
+// Map-style datasets returning lt::Batch (core/batch.h). Any LibTorch dataset
 // (torch::data::datasets::Dataset<Self, Example<>>) can be wrapped with
 // lt::from_torch_dataset.
 

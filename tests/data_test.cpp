@@ -127,11 +127,6 @@ TEST(Collate, VariableLengthDictBatchesTrain) {
       return lt::Batch({{"x", torch::full({n, 3}, 0.1 * static_cast<double>(i), torch::kFloat)},
                         {"y", torch::tensor(static_cast<float>(n))}});
     }
-    lt::Batch get_batch(const std::vector<int64_t>& indices) const override {
-      std::vector<lt::Batch> examples;
-      for (int64_t i : indices) examples.push_back(get(i));
-      return lt::pad_collate(examples);
-    }
   };
   struct Model : lt::LightningModule {
     Model() { fc = register_module("fc", torch::nn::Linear(3, 1)); }
@@ -150,7 +145,9 @@ TEST(Collate, VariableLengthDictBatchesTrain) {
   auto model = std::make_shared<Model>();
   lt::Trainer trainer(lt::TrainerOptions().max_epochs(1).enable_progress_bar(false).default_root_dir(
       (fs::temp_directory_path() / ("lt_data_test_seq_" + std::to_string(::getpid()))).string()));
-  trainer.fit(model, std::make_shared<lt::DataLoader>(std::make_shared<Sequences>(), lt::DataLoaderOptions(3)));
+  auto pad = [](const std::vector<lt::Batch>& examples) { return lt::pad_collate(examples); };
+  trainer.fit(model, std::make_shared<lt::DataLoader>(std::make_shared<Sequences>(),
+                                                      lt::DataLoaderOptions(3).collate(pad)));
   EXPECT_EQ(trainer.global_step(), 8);
   EXPECT_GT(model->lengths.size(), 1u) << "every batch had the same padded length";
   fs::remove_all(fs::temp_directory_path() / ("lt_data_test_seq_" + std::to_string(::getpid())));

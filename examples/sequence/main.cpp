@@ -43,11 +43,6 @@ class DigitSequences : public lt::Dataset {
   lt::Batch get(int64_t i) const override {
     return lt::Batch({{"tokens", tokens_[i]}, {"label", torch::tensor(labels_[i], torch::kLong)}});
   }
-  lt::Batch get_batch(const std::vector<int64_t>& indices) const override {
-    std::vector<lt::Batch> examples;
-    for (int64_t i : indices) examples.push_back(get(i));
-    return lt::pad_collate(examples);
-  }
   std::vector<int64_t> lengths() const {
     std::vector<int64_t> out;
     for (const auto& t : tokens_) out.push_back(t.size(0));
@@ -90,7 +85,8 @@ class SequenceClassifier : public lt::LightningModule {
 };
 
 std::shared_ptr<lt::DataLoader> bucketed(const std::shared_ptr<DigitSequences>& data, bool shuffle) {
-  auto loader = std::make_shared<lt::DataLoader>(data, lt::DataLoaderOptions(64));
+  auto collate = [](const std::vector<lt::Batch>& examples) { return lt::pad_collate(examples); };
+  auto loader = std::make_shared<lt::DataLoader>(data, lt::DataLoaderOptions(64).collate(collate));
   loader->set_batch_sampler(std::make_shared<lt::LengthBucketBatchSampler>(
       data->lengths(), lt::LengthBucketOptions(64).max_tokens(1024).shuffle(shuffle).seed(1)));
   return loader;
