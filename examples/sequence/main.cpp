@@ -5,7 +5,8 @@
 // per batch (lt::pad_collate: tokens, tokens_lengths, tokens_mask) and
 // batched by LengthBucketBatchSampler with a token budget: short sequences
 // make big batches, long ones small, so ranks get different numbers of
-// batches of different sizes — uneven inputs, which Join trains.
+// batches of different sizes — uneven inputs, which Join trains. Two loader
+// worker threads collate the next batches while the model trains.
 //   sequence_bucketing [--devices N] [--epochs N]
 // Prints the test accuracy (every sample once, merged across ranks).
 
@@ -86,7 +87,7 @@ class SequenceClassifier : public lt::LightningModule {
 
 std::shared_ptr<lt::DataLoader> bucketed(const std::shared_ptr<DigitSequences>& data, bool shuffle) {
   auto collate = [](const std::vector<lt::Batch>& examples) { return lt::pad_collate(examples); };
-  auto loader = std::make_shared<lt::DataLoader>(data, lt::DataLoaderOptions(64).collate(collate));
+  auto loader = std::make_shared<lt::DataLoader>(data, lt::DataLoaderOptions(64).collate(collate).num_workers(2));
   loader->set_batch_sampler(std::make_shared<lt::LengthBucketBatchSampler>(
       data->lengths(), lt::LengthBucketOptions(64).max_tokens(1024).shuffle(shuffle).seed(1)));
   return loader;
