@@ -1,0 +1,167 @@
+// Per-rank data that is naturally uneven: each rank trains on its own shard
+// files, of different sizes, under DDP + lockstep Join + gradient accumulation.
+//
+//   fashion_mnist_shards write DIR [--ranks 2]
+//       splits the 60000 training images into shard files of 2000 images,
+//       rank r getting r + 1 parts of them (2 ranks: a third and two thirds):
+//       DIR/rank<r>-<i>.pt, each a pickled {"images": uint8 [N, 28, 28],
+//       "labels": int64 [N]} (torch.load reads them too).
+//   fashion_mnist_shards train DIR [--devices 2] [--epochs 2] [--accumulate 2]
+//       each rank reads DIR/rank<its rank>-*.pt only: the loader is kept as
+//       given (use_distributed_sampler false), so ranks run different numbers
+//       of batches per epoch and Join keeps them in step. Prints the accuracy
+//       on the 10000 test images (sharded by the strategy, merged exactly).
+// The shards are read whole into memory here; a stream over them (for files
+// larger than memory) is the next step of the data layer.
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <lightning_cpp/core/check.h>
+#include <lightning_cpp/core/env.h>
+#include <lightning_cpp/plugins/strategies/ddp.h>
+#include <lightning_cpp/trainer/checkpoint.h>
+#include <lightning_cpp/trainer/trainer.h>
+
+#include "fashion_mnist/fashion_mnist.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int64_t kShardSize = 2000;
+
+int write_shards(const fs::path& dir, int64_t ranks) {
+  const torch::Tensor images = lt::read_idx_file(std::string(lt::kFashionMnistDir) + "/train-images-idx3-ubyte.gz");
+  const torch::Tensor labels =
+      lt::read_idx_file(std::string(lt::kFashionMnistDir) + "/train-labels-idx1-ubyte.gz").to(torch::kLong);
+  const int64_t shards = images.size(0) / kShardSize;
+  // Rank r gets weight r + 1 of the shards, in turn: uneven on purpose.
+  int64_t total_weight = 0;
+  for (int64_t r = 0; r < ranks; ++r) total_weight += r + 1;
+  fs::create_directories(dir);
+  int64_t next = 0;
+  for (int64_t r = 0; r < ranks; ++r) {
+    const int64_t count = r + 1 == ranks ? shards - next : shards * (r + 1) / total_weight;
+    for (int64_t i = 0; i < count; ++i, ++next) {
+      lt::StateDict shard = lt::new_state_dict();
+      shard.insert("images", images.narrow(0, next * kShardSize, kShardSize).clone());
+      shard.insert("labels", labels.narrow(0, next * kShardSize, kShardSize).clone());
+      lt::atomic_pickle_save(shard, (dir / c10::str("rank", r, "-", i, ".pt")).string());
+    }
+    std::printf("rank %ld: %ld shards (%ld images)\n", static_cast<long>(r), static_cast<long>(count),
+                static_cast<long>(count * kShardSize));
+  }
+  return 0;
+}
+
+// This rank's shard files, concatenated and normalized as the example's data module does.
+std::shared_ptr<lt::TensorDataset> own_shards(const fs::path& dir, int64_t rank) {
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().filename().string().rfind(c10::str("rank", rank, "-"), 0) == 0) files.push_back(entry.path());
+  }
+  std::sort(files.begin(), files.end());
+  std::vector<torch::Tensor> images, labels;
+  for (const auto& file : files) {
+    const auto shard = lt::pickle_load_file(file.string()).toGenericDict();
+    images.push_back(shard.at("images").toTensor());
+    labels.push_back(shard.at("labels").toTensor());
+  }
+  LT_CHECK_VALUE(!files.empty(), "no shard files rank", rank, "-*.pt in ", dir.string(),
+                 " (write them with: fashion_mnist_shards write ", dir.string(), ")");
+  const torch::Tensor x = (torch::cat(images).to(torch::kFloat).div(255.0).unsqueeze(1) - 0.2860) / 0.3530;
+  return std::make_shared<lt::TensorDataset>(x, torch::cat(labels));
+}
+
+// Training data: this rank's shards (its rank from the launcher's RANK);
+// test data: the 10000 test images, which the strategy shards.
+class ShardsDataModule : public lt::DataModule {
+ public:
+  explicit ShardsDataModule(fs::path dir) : dir_(std::move(dir)) {}
+  void setup(lt::Stage stage) override {
+    const int64_t rank = lt::env::get_int("RANK").value_or(0);
+    if (stage == lt::Stage::kTrain) {
+      train_ = std::make_shared<lt::DataLoader>(
+          own_shards(dir_, rank), lt::DataLoaderOptions(64).shuffle(true).seed(static_cast<uint64_t>(rank)));
+    } else {
+      const lt::FashionMnistSplit test = lt::load_fashion_mnist(lt::kFashionMnistDir, /*train=*/false);
+      test_ = std::make_shared<lt::DataLoader>(std::make_shared<lt::TensorDataset>(test.images, test.labels),
+                                               lt::DataLoaderOptions(256));
+    }
+  }
+  std::shared_ptr<lt::DataLoader> train_dataloader() override { return train_; }
+  std::shared_ptr<lt::DataLoader> test_dataloader() override { return test_; }
+
+ private:
+  fs::path dir_;
+  std::shared_ptr<lt::DataLoader> train_, test_;
+};
+
+int train(const fs::path& dir, int64_t devices, int64_t epochs, int64_t accumulate) {
+  auto options = lt::TrainerOptions()
+                     .max_epochs(epochs)
+                     .accumulate_grad_batches(accumulate)
+                     .use_distributed_sampler(false)  // each rank's loader is its own data
+                     .enable_progress_bar(false)
+                     .seed(0);
+  if (devices > 1) options.devices(devices).strategy(std::make_shared<lt::DDPStrategy>());  // Join: the default
+  lt::Trainer trainer(options);
+  torch::manual_seed(0);
+  auto model = std::make_shared<lt::examples::MlpClassifier>();
+  auto data = std::make_shared<ShardsDataModule>(dir);
+  trainer.fit(model, data);  // a local-spawn supervisor launches the workers here and exits with them
+  // Every rank's batch count, and the test accuracy of the trained replicas.
+  const torch::Tensor counts =
+      trainer.strategy().all_gather(torch::tensor({data->train_dataloader()->size()}, torch::kLong)).flatten();
+  const auto metrics = trainer.test(model, data);
+  if (trainer.is_global_zero()) {
+    std::string per_rank;
+    for (int64_t r = 0; r < counts.numel(); ++r) per_rank += c10::str(r ? ", " : "", counts[r].item<int64_t>());
+    std::printf("training batches per rank: %s\n", per_rank.c_str());
+    std::printf("shards test accuracy: %.4f\n", metrics.at("test_acc"));
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string usage =
+      "usage: fashion_mnist_shards write DIR [--ranks N] | train DIR [--devices N] [--epochs N] [--accumulate K]\n";
+  if (argc < 3) {
+    std::cerr << usage;
+    return 2;
+  }
+  const std::string command = argv[1];
+  const fs::path dir = argv[2];
+  int64_t ranks = 2, devices = 2, epochs = 2, accumulate = 2;
+  for (int i = 3; i < argc; ++i) {
+    auto value = [&]() -> int64_t { return i + 1 < argc ? std::stoll(argv[++i]) : 0; };
+    if (!std::strcmp(argv[i], "--ranks")) ranks = value();
+    else if (!std::strcmp(argv[i], "--devices")) devices = value();
+    else if (!std::strcmp(argv[i], "--epochs")) epochs = value();
+    else if (!std::strcmp(argv[i], "--accumulate")) accumulate = value();
+    else {
+      std::cerr << usage;
+      return 2;
+    }
+  }
+  try {
+    if (command == "write") return write_shards(dir, ranks);
+    if (command == "train") return train(dir, devices, epochs, accumulate);
+    std::cerr << usage;
+    return 2;
+  } catch (const lt::ValueError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  }
+}
