@@ -54,13 +54,14 @@ void ProgressBar::on_train_epoch_start(Trainer&, LightningModule&) {
 void ProgressBar::draw(const Trainer& trainer, int64_t done, int64_t total, bool final) {
   const double elapsed = std::chrono::duration<double>(Clock::now() - epoch_start_).count();
   const double rate = elapsed > 0 ? static_cast<double>(done) / elapsed : 0.0;
-  const double eta = rate > 0 ? static_cast<double>(total - done) / rate : -1.0;
+  const double eta = rate > 0 && total >= 0 ? static_cast<double>(total - done) / rate : -1.0;
+  const std::string of = total >= 0 ? std::to_string(total) : "?";  // a stream of unknown length
   const std::string epoch =
       max_epochs_ > 0 ? c10::str(trainer.current_epoch(), "/", max_epochs_ - 1) : c10::str(trainer.current_epoch());
   char rate_buf[32];
   std::snprintf(rate_buf, sizeof(rate_buf), "%.2fit/s", rate);
   if (!tty_) {
-    out() << "Epoch " << epoch << ": " << done << "/" << total << " batches [" << format_time(elapsed) << ", "
+    out() << "Epoch " << epoch << ": " << done << "/" << of << " batches [" << format_time(elapsed) << ", "
           << rate_buf << metrics_str(trainer) << "]" << std::endl;
     return;
   }
@@ -70,7 +71,7 @@ void ProgressBar::draw(const Trainer& trainer, int64_t done, int64_t total, bool
   char pct[8];
   std::snprintf(pct, sizeof(pct), "%3d%%", static_cast<int>(frac * 100));
   std::string line = c10::str("Epoch ", epoch, ": ", pct, "|", std::string(filled, '#'),
-                              std::string(kWidth - filled, ' '), "| ", done, "/", total, " [", format_time(elapsed),
+                              std::string(kWidth - filled, ' '), "| ", done, "/", of, " [", format_time(elapsed),
                               "<", format_time(eta), ", ", rate_buf, metrics_str(trainer), "]");
   const size_t width = line.size();
   if (width < last_width_) line += std::string(last_width_ - width, ' ');

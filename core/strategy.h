@@ -24,7 +24,9 @@ class DataLoader;
 
 // One training epoch as a rank sees it.
 struct EpochPlan {
-  int64_t num_batches = 0;  // this rank's batches (after limit_train_batches)
+  // This rank's batches (after limit_train_batches); -1 for a stream of
+  // unknown length until the loop finds its end (set_num_batches).
+  int64_t num_batches = 0;
   int64_t accumulate_grad_batches = 1;
   // The iteration the epoch starts at: 0, or where a mid-epoch checkpoint
   // left it (at an accumulation window's end).
@@ -57,6 +59,8 @@ class TrainingEpochContext {
   explicit TrainingEpochContext(EpochPlan plan) : plan_(plan) {}
   virtual ~TrainingEpochContext() = default;
   const EpochPlan& plan() const { return plan_; }
+  // A stream's end, found by the loop: from here num_iterations() counts.
+  void set_num_batches(int64_t num_batches) { plan_.num_batches = num_batches; }
   virtual int64_t num_iterations() const { return plan_.num_batches; }
   // The epoch's length in micro-batches as every rank counts it (validation
   // points, the epoch's end): the longest rank's num_batches under Join.

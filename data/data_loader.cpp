@@ -210,6 +210,62 @@ DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, DataLoaderOptions optio
   set_epoch(0);
 }
 
+DataLoader::DataLoader(std::shared_ptr<IterableDataset> stream, DataLoaderOptions options)
+    : options_(options), stream_dataset_(std::move(stream)) {
+  LT_CHECK(stream_dataset_ != nullptr, "DataLoader: dataset is null");
+  LT_CHECK_VALUE(options_.batch_size() >= 1, "DataLoader: batch_size must be >= 1, got ", options_.batch_size());
+  LT_CHECK_VALUE(options_.num_workers() == 0 && !options_.shuffle(), "DataLoader over an IterableDataset: ",
+                 options_.num_workers() != 0 ? "num_workers" : "shuffle", " is not supported (the stream gives the ",
+                 "order; read ahead in the stream itself)");
+  pin_ = options_.pin_memory() && torch::cuda::is_available();
+}
+
+int64_t DataLoader::size() const {
+  if (!is_stream()) return static_cast<int64_t>(batches_.size());
+  const std::optional<int64_t> length = stream_dataset_->length(shard_);
+  if (!length) return kUnknownSize;
+  const int64_t b = options_.batch_size();
+  return options_.drop_last() ? *length / b : (*length + b - 1) / b;
+}
+
+void DataLoader::set_stream_shard(StreamShard shard) {
+  shard_ = shard;
+  set_epoch(epoch_);
+}
+
+bool DataLoader::has_batch(int64_t batch_idx) const {
+  if (!is_stream()) return batch_idx >= 0 && batch_idx < size();
+  for (const auto& [index, batch] : ahead_) {
+    if (index == batch_idx) return batch.has_value();
+  }
+  std::optional<Batch> batch = stream_batch(batch_idx);
+  const bool exists = batch.has_value();
+  ahead_.emplace_back(batch_idx, std::move(batch));
+  if (ahead_.size() > 2) ahead_.pop_front();
+  return exists;
+}
+
+std::optional<Batch> DataLoader::stream_batch(int64_t batch_idx) const {
+  const int64_t b = options_.batch_size();
+  if (!stream_ || batch_idx < stream_next_) {
+    stream_ = stream_dataset_->open(epoch_, shard_);
+    LT_CHECK(stream_ != nullptr, "IterableDataset::open returned no stream (epoch ", epoch_, ", rank ", shard_.rank, ")");
+    stream_next_ = 0;
+  }
+  if (batch_idx > stream_next_) stream_->skip((batch_idx - stream_next_) * b);  // a resumed epoch
+  stream_next_ = batch_idx + 1;
+  std::vector<Batch> examples;
+  while (static_cast<int64_t>(examples.size()) < b) {
+    std::optional<Batch> example = stream_->next();
+    if (!example) break;
+    examples.push_back(std::move(*example));
+  }
+  if (examples.empty() || (options_.drop_last() && static_cast<int64_t>(examples.size()) < b)) return std::nullopt;
+  Batch batch = options_.collate() ? options_.collate()(examples) : collate(examples);
+  if (pin_) batch = batch.map([](const torch::Tensor& t) { return t.pin_memory(); });
+  return batch;
+}
+
 // Joins the workers before the members they read (dataset_, options_) go.
 DataLoader::~DataLoader() { workers_.reset(); }
 
@@ -233,6 +289,9 @@ void DataLoader::set_batch_sampler(std::shared_ptr<BatchSampler> batch_sampler) 
 void DataLoader::set_epoch(int64_t epoch) {
   shutdown();
   epoch_ = epoch;
+  stream_.reset();
+  ahead_.clear();
+  if (is_stream()) return;
   batches_.clear();
   num_samples_ = 0;
   if (batch_sampler_) {
@@ -273,6 +332,19 @@ Batch DataLoader::load(const std::vector<int64_t>& indices) const {
 }
 
 Batch DataLoader::get(int64_t batch_idx) const {
+  if (is_stream()) {
+    std::optional<Batch> batch;
+    auto it = std::find_if(ahead_.begin(), ahead_.end(), [&](const auto& a) { return a.first == batch_idx; });
+    if (it != ahead_.end()) {
+      batch = std::move(it->second);
+      ahead_.erase(ahead_.begin(), it + 1);
+    } else {
+      batch = stream_batch(batch_idx);
+    }
+    LT_CHECK_VALUE(batch.has_value(), "DataLoader: the stream has no batch ", batch_idx, " (epoch ", epoch_, ", rank ",
+                   shard_.rank, ")");
+    return std::move(*batch);
+  }
   std::vector<int64_t> indices = batch_indices(batch_idx);
   if (!workers_) return load(indices);
   return workers_->get(batch_idx, std::move(indices), size());

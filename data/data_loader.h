@@ -20,7 +20,10 @@
 // Dataset's get/get_batch are called from several worker threads at once.
 
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include <torch/arg.h>
@@ -28,6 +31,7 @@
 #include <lightning_cpp/data/batch_sampler.h>
 #include <lightning_cpp/data/collate.h>
 #include <lightning_cpp/data/dataset.h>
+#include <lightning_cpp/data/iterable_dataset.h>
 #include <lightning_cpp/data/sampler.h>
 
 namespace lt {
@@ -54,12 +58,22 @@ struct DataLoaderOptions {
 class DataLoader {
  public:
   DataLoader(std::shared_ptr<Dataset> dataset, DataLoaderOptions options);
+  // Over a stream (data/iterable_dataset.h): batches are read in order; no
+  // sampler, batch sampler or workers.
+  DataLoader(std::shared_ptr<IterableDataset> stream, DataLoaderOptions options);
   ~DataLoader();
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
 
-  // Number of batches in an epoch for the current sampler (or batch sampler).
-  int64_t size() const { return static_cast<int64_t>(batches_.size()); }
+  // Number of batches in an epoch for the current sampler (or batch sampler);
+  // over a stream, from its length, or kUnknownSize.
+  static constexpr int64_t kUnknownSize = -1;
+  int64_t size() const;
+  bool is_stream() const { return stream_dataset_ != nullptr; }
+  // Whether batch `batch_idx` exists (over a stream: reads ahead to it).
+  bool has_batch(int64_t batch_idx) const;
+  // The rank whose stream this loader reads (the DDP strategy sets it).
+  void set_stream_shard(StreamShard shard);
   // Selects the epoch's index order; call before get(). Stops the workers.
   void set_epoch(int64_t epoch);
   // Batch `batch_idx` of the current epoch. With workers, logically const:
@@ -87,6 +101,9 @@ class DataLoader {
   class Workers;
 
   Batch load(const std::vector<int64_t>& indices) const;
+  // Over a stream: batch `batch_idx` of this epoch, read (or taken from the
+  // read-ahead), or nullopt past the end.
+  std::optional<Batch> stream_batch(int64_t batch_idx) const;
 
   std::shared_ptr<Dataset> dataset_;
   DataLoaderOptions options_;
@@ -98,6 +115,13 @@ class DataLoader {
   bool pin_ = false;  // pin_memory and CUDA available
   // Null without workers; with them, created with the loader (no thread yet).
   std::unique_ptr<Workers> workers_;
+  // Over a stream: the dataset, this rank's shard, the open stream, the
+  // index of the next batch it yields, and batches read ahead.
+  std::shared_ptr<IterableDataset> stream_dataset_;
+  StreamShard shard_;
+  mutable std::unique_ptr<ExampleStream> stream_;
+  mutable int64_t stream_next_ = 0;
+  mutable std::deque<std::pair<int64_t, std::optional<Batch>>> ahead_;
 };
 
 }  // namespace lt

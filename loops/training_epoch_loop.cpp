@@ -52,11 +52,24 @@ void TrainingEpochLoop::run_validation(LoopContext& ctx, DataLoader& val) {
 }
 
 void TrainingEpochLoop::run(LoopContext& ctx, DataLoader& train, DataLoader* val) {
-  const int64_t n = ctx.options.limit_train_batches().apply(train.size());
+  const FractionOrCount& limit = ctx.options.limit_train_batches();
+  const bool unknown_length = train.size() == DataLoader::kUnknownSize;
+  // A stream of unknown length: n is found at its end (or at a count limit).
+  int64_t n = unknown_length ? -1 : limit.apply(train.size());
   const int64_t k = ctx.options.accumulate_grad_batches();
   ctx.state.num_training_batches = n;
   const bool validate_this_epoch =
       val != nullptr && (ctx.state.current_epoch + 1) % ctx.options.check_val_every_n_epoch() == 0;
+  if (unknown_length) {
+    LT_CHECK_VALUE(limit.is_count() || limit.fraction() == 1.0, "limit_train_batches: ", limit.fraction(),
+                   " is a fraction of the epoch, and the training data is a stream of unknown length; give a ",
+                   "number of batches, or the stream's length (IterableDataset::length)");
+    const FractionOrCount& interval = ctx.options.val_check_interval();
+    LT_CHECK_VALUE(val == nullptr || (!interval.is_count() && interval.fraction() == 1.0), "val_check_interval: ",
+                   "validation within the epoch needs the epoch's length, and the training data is a stream of ",
+                   "unknown length; validate at epoch ends (val_check_interval: 1.0, check_val_every_n_epoch), or ",
+                   "give the stream's length (IterableDataset::length)");
+  }
   OptimizationLoop& optimization = ctx.module.automatic_optimization() ? *automatic_ : *manual_;
   ResultCollection& results = ctx.use_results(Stage::kTrain, true);
 
@@ -78,18 +91,34 @@ void TrainingEpochLoop::run(LoopContext& ctx, DataLoader& train, DataLoader* val
       last_step = ctx.state.global_step;
       ctx.hooks.call(&Callback::on_after_optimizer_step);
     }
-    if (validate_this_epoch && (it + 1) % val_every == 0 && it + 1 < length) run_validation(ctx, *val);
+    if (validate_this_epoch && !unknown_length && (it + 1) % val_every == 0 && it + 1 < length) {
+      run_validation(ctx, *val);
+    }
   };
   auto epoch = ctx.strategy.training_epoch_context(
       ctx.module, EpochPlan{n, k, start, optimization.joined_step(ctx), iteration_end});
   length = epoch->epoch_length();
   val_every = val_check_batch(ctx.options, length);
-  const int64_t iterations = epoch->num_iterations();
+  // A stream's end: no batch `it` (or the count limit): n = it. Asked one
+  // batch ahead, so that the last batch is known as such (it ends the
+  // accumulation window, or starts the padding to its end under Join).
+  auto find_end = [&](int64_t it) {
+    if (n >= 0 || (train.has_batch(it) && !(limit.is_count() && it >= limit.count()))) return;
+    n = it;
+    ctx.state.num_training_batches = n;
+    epoch->set_num_batches(n);
+    length = epoch->epoch_length();
+  };
   Batch first;
-  for (int64_t it = start; it < iterations; ++it) {
+  bool stopped = false;
+  for (int64_t it = start;; ++it) {
+    find_end(it);
+    if (n >= 0 && it >= epoch->num_iterations()) break;
+    find_end(it + 1);
+    const int64_t iterations = n >= 0 ? epoch->num_iterations() : -1;
     const bool window_end = (it + 1) % k == 0 || it + 1 == iterations;
     auto guard = epoch->batch(it, window_end);
-    if (it >= n) {
+    if (n >= 0 && it >= n) {
       optimization.run_padding(ctx, window_end);
       epoch->end_batch(it);
     } else {
@@ -125,9 +154,13 @@ void TrainingEpochLoop::run(LoopContext& ctx, DataLoader& train, DataLoader* val
     iteration_end(it);
     // Under a strategy that pads, stopping early leaves this rank's
     // remaining iterations to the epoch context (Join shadows them).
-    if (max_steps_reached(ctx) || ctx.state.should_stop) break;
+    if (max_steps_reached(ctx) || ctx.state.should_stop) {
+      stopped = true;
+      break;
+    }
     if (window_end && epoch->stop_requested(interrupt_signal() != 0)) {
       ctx.state.interrupted_by = interrupt_signal() != 0 ? interrupt_signal() : SIGTERM;
+      stopped = true;
       break;
     }
   }
@@ -139,7 +172,9 @@ void TrainingEpochLoop::run(LoopContext& ctx, DataLoader& train, DataLoader* val
   }
   // The epoch's last iteration, run here or shadowed, is a validation point:
   // validate after every rank left the epoch context.
-  const bool validate_at_end = validate_this_epoch && last_iteration + 1 == length && length % val_every == 0;
+  // A stream of unknown length validates at its epoch's end only (refused otherwise, above).
+  const bool validate_at_end =
+      validate_this_epoch && (unknown_length ? !stopped : last_iteration + 1 == length && length % val_every == 0);
   if (validate_at_end && ctx.state.interrupted_by == 0) run_validation(ctx, *val);
 }
 

@@ -2,11 +2,15 @@
 // loop, hook order, step/batch limits, validation cadence, replaceable loops.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <lightning_cpp/callbacks/lambda_callback.h>
+#include <lightning_cpp/callbacks/model_checkpoint.h>
 #include <lightning_cpp/core/check.h>
+#include <lightning_cpp/trainer/checkpoint.h>
 #include <lightning_cpp/trainer/trainer.h>
 
 #include "support/seeding.h"
@@ -464,6 +468,101 @@ TEST_F(TrainerTest, BadBatchNamesBothShapes) {
                  "the epoch's first batch had data [4, 4] Float, target [4, 1] Float (every batch must have the "
                  "same keys, dtypes and numbers of dimensions)");
   }
+}
+
+// -- streams (IterableDataset) -----------------------------------------------------
+
+// The rows of a TensorDataset, in order, as a stream; `known`: it tells its length.
+class RowStream : public lt::IterableDataset {
+ public:
+  RowStream(std::shared_ptr<lt::TensorDataset> rows, bool known) : rows_(std::move(rows)), known_(known) {}
+  std::unique_ptr<lt::ExampleStream> open(int64_t, const lt::StreamShard&) const override {
+    struct Stream : lt::ExampleStream {
+      std::shared_ptr<lt::TensorDataset> rows;
+      int64_t next_row = 0;
+      std::optional<lt::Batch> next() override {
+        if (next_row >= rows->size()) return std::nullopt;
+        return rows->get(next_row++);
+      }
+    };
+    auto stream = std::make_unique<Stream>();
+    stream->rows = rows_;
+    return stream;
+  }
+  std::optional<int64_t> length(const lt::StreamShard&) const override {
+    return known_ ? std::optional<int64_t>(rows_->size()) : std::nullopt;
+  }
+
+ private:
+  std::shared_ptr<lt::TensorDataset> rows_;
+  bool known_;
+};
+
+std::vector<torch::Tensor> weights(torch::nn::Module& m) {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : m.parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+// A stream trains as the same rows through a map-style loader: 18 rows in
+// batches of 4 (the last of 2, alone in its accumulation window: the stream
+// is read one batch ahead to know it is the last), accumulating 2, over 2
+// epochs; of unknown length and of known length; and resumed from a
+// mid-epoch checkpoint.
+TEST_F(TrainerTest, AStreamTrainsLikeTheMapStyleLoader) {
+  const auto rows = regression_data(18);
+  const std::string dir = (std::filesystem::temp_directory_path() / ("lt_stream_" + std::to_string(::getpid()))).string();
+  auto run = [&](std::shared_ptr<lt::DataLoader> loader, std::vector<std::shared_ptr<lt::Callback>> callbacks,
+                 const std::string& ckpt_path) {
+    torch::manual_seed(0);
+    auto model = std::make_shared<Regressor>();
+    lt::Trainer trainer(lt::TrainerOptions().max_epochs(2).accumulate_grad_batches(2).enable_progress_bar(false)
+                            .default_root_dir(dir).callbacks(callbacks));
+    trainer.fit(model, loader, nullptr, ckpt_path);
+    EXPECT_EQ(trainer.global_step(), 6);
+    return weights(*model);
+  };
+  auto stream = [&](bool known) {
+    return std::make_shared<lt::DataLoader>(std::make_shared<RowStream>(rows, known), lt::DataLoaderOptions(4));
+  };
+  const auto expected = run(std::make_shared<lt::DataLoader>(rows, lt::DataLoaderOptions(4)), {}, "");
+  auto every = std::make_shared<lt::ModelCheckpoint>(
+      lt::ModelCheckpointOptions().dirpath(dir).every_n_train_steps(1).save_top_k(-1));
+  for (bool known : {false, true}) {
+    const auto got = run(stream(known), {every}, "");
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(got[i].equal(expected[i])) << "known " << known << " " << i;
+  }
+  // Step 2 is mid-epoch 0 (4 of its 5 batches done): the resumed stream skips 16 rows.
+  const std::string mid = dir + "/epoch=0-step=2.ckpt";
+  ASSERT_EQ(lt::pickle_load_file(mid).toGenericDict().at("epoch_iteration").toInt(), 4);
+  const auto resumed = run(stream(false), {}, mid);
+  for (size_t i = 0; i < resumed.size(); ++i) EXPECT_TRUE(resumed[i].equal(expected[i])) << "resumed " << i;
+  std::filesystem::remove_all(dir);
+}
+
+TEST_F(TrainerTest, WhatAStreamOfUnknownLengthCannotDoIsRefused) {
+  const auto rows = regression_data(22);
+  auto stream = std::make_shared<lt::DataLoader>(std::make_shared<RowStream>(rows, false), lt::DataLoaderOptions(4));
+  auto error = [&](lt::TrainerOptions options, std::shared_ptr<lt::DataLoader> val) {
+    lt::Trainer trainer(options.max_epochs(1).enable_progress_bar(false));
+    try {
+      trainer.fit(std::make_shared<Regressor>(), stream, val);
+    } catch (const lt::ValueError& e) {
+      return std::string(e.what());
+    }
+    return std::string("<trained>");
+  };
+  EXPECT_NE(error(lt::TrainerOptions().limit_train_batches(0.5), nullptr).find(
+                "limit_train_batches: 0.5 is a fraction of the epoch, and the training data is a stream of unknown"),
+            std::string::npos);
+  EXPECT_NE(error(lt::TrainerOptions().val_check_interval(0.5), std::make_shared<lt::DataLoader>(rows, 4))
+                .find("val_check_interval: validation within the epoch needs the epoch's length"),
+            std::string::npos);
+  EXPECT_NE(error(lt::TrainerOptions(), stream).find("the validate data is a stream"), std::string::npos);
+  // A count limit stops the stream there.
+  lt::Trainer limited(lt::TrainerOptions().max_epochs(1).limit_train_batches(3).enable_progress_bar(false));
+  limited.fit(std::make_shared<Regressor>(), stream);
+  EXPECT_EQ(limited.global_step(), 3);
 }
 
 }  // namespace

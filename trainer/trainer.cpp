@@ -100,6 +100,9 @@ std::string Trainer::resolve_ckpt_path(const std::string& ckpt_path, Run& run, b
 }
 
 std::shared_ptr<DataLoader> Trainer::prepare_loader(std::shared_ptr<DataLoader> loader, Stage stage) {
+  LT_CHECK_VALUE(!loader || !loader->is_stream() || stage == Stage::kTrain, "the ", stage_name(stage),
+                 " data is a stream (an IterableDataset): streams are for training so far; evaluate and predict ",
+                 "over an lt::Dataset");
   if (loader) strategy_->process_dataloader(*loader, stage, options_);
   return loader;
 }
@@ -186,7 +189,8 @@ void Trainer::fit(const std::shared_ptr<LightningModule>& module, std::shared_pt
   for (const auto& cb : run->hooks.callbacks()) features.callbacks.push_back(cb.get());
   features.has_validation = val != nullptr && module->has_validation_step();
   features.scheduler_per_step = optim_.lr_scheduler != nullptr && optim_.interval == Interval::kStep;
-  features.train_batches = options_.limit_train_batches().apply(train->size());
+  features.train_batches =
+      train->size() == DataLoader::kUnknownSize ? -1 : options_.limit_train_batches().apply(train->size());
   strategy_->check_features(features);
 
   std::optional<SignalGuard> signals;

@@ -7,23 +7,23 @@
 //       DIR/rank<r>-<i>.pt, each a pickled {"images": uint8 [N, 28, 28],
 //       "labels": int64 [N]} (torch.load reads them too).
 //   fashion_mnist_shards train DIR [--devices 2] [--epochs 2] [--accumulate 2]
-//       each rank reads DIR/rank<its rank>-*.pt only: the loader is kept as
-//       given (use_distributed_sampler false), so ranks run different numbers
-//       of batches per epoch and Join keeps them in step. Prints the accuracy
-//       on the 10000 test images (sharded by the strategy, merged exactly).
-// The shards are read whole into memory here; a stream over them (for files
-// larger than memory) is the next step of the data layer.
+//       each rank streams DIR/rank<its rank>-*.pt only (an lt::IterableDataset
+//       of unknown length: one file in memory at a time, files and rows in a
+//       seeded order per epoch), so ranks run different numbers of batches
+//       per epoch and Join keeps them in step. Prints the accuracy on the
+//       10000 test images (sharded by the strategy, merged exactly).
 
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <lightning_cpp/core/check.h>
-#include <lightning_cpp/core/env.h>
+#include <lightning_cpp/data/sampler.h>
 #include <lightning_cpp/plugins/strategies/ddp.h>
 #include <lightning_cpp/trainer/checkpoint.h>
 #include <lightning_cpp/trainer/trainer.h>
@@ -60,35 +60,66 @@ int write_shards(const fs::path& dir, int64_t ranks) {
   return 0;
 }
 
-// This rank's shard files, concatenated and normalized as the example's data module does.
-std::shared_ptr<lt::TensorDataset> own_shards(const fs::path& dir, int64_t rank) {
-  std::vector<fs::path> files;
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    if (entry.path().filename().string().rfind(c10::str("rank", rank, "-"), 0) == 0) files.push_back(entry.path());
+// This rank's shard files, read one at a time: each epoch, the files in a
+// seeded order and each file's rows shuffled, normalized as the example's
+// data module does. Its length is not told: the loop finds the end.
+class ShardStream : public lt::IterableDataset {
+ public:
+  explicit ShardStream(fs::path dir) : dir_(std::move(dir)) {}
+  std::unique_ptr<lt::ExampleStream> open(int64_t epoch, const lt::StreamShard& shard) const override {
+    std::vector<std::string> files;
+    for (const auto& entry : fs::directory_iterator(dir_)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind(c10::str("rank", shard.rank, "-"), 0) == 0) files.push_back(entry.path().string());
+    }
+    LT_CHECK_VALUE(!files.empty(), "no shard files rank", shard.rank, "-*.pt in ", dir_.string(),
+                   " (write them with: fashion_mnist_shards write ", dir_.string(), ")");
+    std::sort(files.begin(), files.end());
+    const uint64_t seed = static_cast<uint64_t>(1000 * shard.rank + epoch);
+    std::vector<std::string> ordered;
+    for (int64_t i : lt::seeded_permutation(static_cast<int64_t>(files.size()), seed)) ordered.push_back(files[i]);
+    return std::make_unique<Stream>(std::move(ordered), seed);
   }
-  std::sort(files.begin(), files.end());
-  std::vector<torch::Tensor> images, labels;
-  for (const auto& file : files) {
-    const auto shard = lt::pickle_load_file(file.string()).toGenericDict();
-    images.push_back(shard.at("images").toTensor());
-    labels.push_back(shard.at("labels").toTensor());
-  }
-  LT_CHECK_VALUE(!files.empty(), "no shard files rank", rank, "-*.pt in ", dir.string(),
-                 " (write them with: fashion_mnist_shards write ", dir.string(), ")");
-  const torch::Tensor x = (torch::cat(images).to(torch::kFloat).div(255.0).unsqueeze(1) - 0.2860) / 0.3530;
-  return std::make_shared<lt::TensorDataset>(x, torch::cat(labels));
-}
 
-// Training data: this rank's shards (its rank from the launcher's RANK);
-// test data: the 10000 test images, which the strategy shards.
+ private:
+  class Stream : public lt::ExampleStream {
+   public:
+    Stream(std::vector<std::string> files, uint64_t seed) : files_(std::move(files)), seed_(seed) {}
+    std::optional<lt::Batch> next() override {
+      while (row_ >= rows_) {
+        if (file_ >= files_.size()) return std::nullopt;
+        const auto shard = lt::pickle_load_file(files_[file_]).toGenericDict();
+        const torch::Tensor order = torch::tensor(lt::seeded_permutation(
+            shard.at("labels").toTensor().size(0), seed_ + 7919 * static_cast<uint64_t>(file_)));
+        images_ = (shard.at("images").toTensor().index_select(0, order).to(torch::kFloat).div(255.0).unsqueeze(1) -
+                   0.2860) / 0.3530;
+        labels_ = shard.at("labels").toTensor().index_select(0, order);
+        rows_ = labels_.size(0);
+        row_ = 0;
+        ++file_;
+      }
+      ++row_;
+      return lt::Batch(images_[row_ - 1], labels_[row_ - 1]);
+    }
+
+   private:
+    std::vector<std::string> files_;
+    uint64_t seed_;
+    size_t file_ = 0;
+    torch::Tensor images_, labels_;
+    int64_t rows_ = 0, row_ = 0;
+  };
+  fs::path dir_;
+};
+
+// Training data: this rank's shard stream; test data: the 10000 test images, which the strategy shards.
 class ShardsDataModule : public lt::DataModule {
  public:
   explicit ShardsDataModule(fs::path dir) : dir_(std::move(dir)) {}
   void setup(lt::Stage stage) override {
-    const int64_t rank = lt::env::get_int("RANK").value_or(0);
     if (stage == lt::Stage::kTrain) {
-      train_ = std::make_shared<lt::DataLoader>(
-          own_shards(dir_, rank), lt::DataLoaderOptions(64).shuffle(true).seed(static_cast<uint64_t>(rank)));
+      // The strategy tells the stream its rank (StreamShard).
+      train_ = std::make_shared<lt::DataLoader>(std::make_shared<ShardStream>(dir_), lt::DataLoaderOptions(64));
     } else {
       const lt::FashionMnistSplit test = lt::load_fashion_mnist(lt::kFashionMnistDir, /*train=*/false);
       test_ = std::make_shared<lt::DataLoader>(std::make_shared<lt::TensorDataset>(test.images, test.labels),
@@ -107,7 +138,6 @@ int train(const fs::path& dir, int64_t devices, int64_t epochs, int64_t accumula
   auto options = lt::TrainerOptions()
                      .max_epochs(epochs)
                      .accumulate_grad_batches(accumulate)
-                     .use_distributed_sampler(false)  // each rank's loader is its own data
                      .enable_progress_bar(false)
                      .seed(0);
   if (devices > 1) options.devices(devices).strategy(std::make_shared<lt::DDPStrategy>());  // Join: the default
@@ -118,7 +148,7 @@ int train(const fs::path& dir, int64_t devices, int64_t epochs, int64_t accumula
   trainer.fit(model, data);  // a local-spawn supervisor launches the workers here and exits with them
   // Every rank's batch count, and the test accuracy of the trained replicas.
   const torch::Tensor counts =
-      trainer.strategy().all_gather(torch::tensor({data->train_dataloader()->size()}, torch::kLong)).flatten();
+      trainer.strategy().all_gather(torch::tensor({trainer.state().num_training_batches}, torch::kLong)).flatten();
   const auto metrics = trainer.test(model, data);
   if (trainer.is_global_zero()) {
     std::string per_rank;

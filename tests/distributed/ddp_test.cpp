@@ -13,6 +13,8 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <optional>
+#include <utility>
 #include <sstream>
 #include <thread>
 
@@ -643,17 +645,43 @@ class OwnBatches : public lt::BatchSampler {
   int64_t n_;
 };
 
-// Rank 0 has 20 samples of its own, rank 1 12 (batches of 4: 5 and 3),
-// given as a plain loader with use_distributed_sampler false (LT_HOW=flag),
-// with a custom sampler (sampler) or batch sampler (batches); LT_HOW=padded:
-// rank 1's 12 samples repeated to 20 by hand. Trains 2 epochs with uneven_inputs LT_MODE; writes
+// Its rows in order, as a stream of unknown length.
+class RowStream : public lt::IterableDataset {
+ public:
+  RowStream(torch::Tensor x, torch::Tensor y) : x_(std::move(x)), y_(std::move(y)) {}
+  std::unique_ptr<lt::ExampleStream> open(int64_t, const lt::StreamShard&) const override {
+    struct Stream : lt::ExampleStream {
+      torch::Tensor x, y;
+      int64_t row = 0;
+      std::optional<lt::Batch> next() override {
+        if (row >= x.size(0)) return std::nullopt;
+        ++row;
+        return lt::Batch(x[row - 1], y[row - 1]);
+      }
+    };
+    auto stream = std::make_unique<Stream>();
+    stream->x = x_;
+    stream->y = y_;
+    return stream;
+  }
+
+ private:
+  torch::Tensor x_, y_;
+};
+
+// Rank 0 has 20 samples of its own, rank 1 LT_RANK1 (12: batches of 4, 5 and
+// 3), given as a plain loader with use_distributed_sampler false
+// (LT_HOW=flag), with a custom sampler (sampler) or batch sampler (batches),
+// or as a stream of unknown length (stream); LT_HOW=padded: rank 1's 12
+// samples repeated to 20 by hand. LT_K: accumulate_grad_batches. Trains 2 epochs with uneven_inputs LT_MODE; writes
 // the final parameters and the samples each rank trained on.
 LT_TEST_WORKER(PerRankData) {
   const int64_t rank = env_int("RANK");
   const std::string mode = env_str("LT_MODE"), how = env_str("LT_HOW");
+  const int64_t k = env_int("LT_K", 1), rank1 = env_int("LT_RANK1", 12);
   auto data = make_data(32);
-  torch::Tensor x = rank == 0 ? data.x.narrow(0, 0, 20) : data.x.narrow(0, 20, 12);
-  torch::Tensor y = rank == 0 ? data.y.narrow(0, 0, 20) : data.y.narrow(0, 20, 12);
+  torch::Tensor x = rank == 0 ? data.x.narrow(0, 0, 20) : data.x.narrow(0, 20, rank1);
+  torch::Tensor y = rank == 0 ? data.y.narrow(0, 0, 20) : data.y.narrow(0, 20, rank1);
   if (how == "padded" && rank == 1) {
     x = torch::cat({x, x.narrow(0, 0, 8)});
     y = torch::cat({y, y.narrow(0, 0, 8)});
@@ -674,34 +702,43 @@ LT_TEST_WORKER(PerRankData) {
                           .devices(2)
                           .strategy(std::make_shared<lt::DDPStrategy>(test_strategy_options().uneven_inputs(uneven)))
                           .use_distributed_sampler(how == "sampler" || how == "batches")
+                          .accumulate_grad_batches(k)
                           .max_epochs(2)
                           .enable_progress_bar(false)
                           .default_root_dir(env_str("LT_OUT")));
-  auto loader = std::make_shared<lt::DataLoader>(std::make_shared<lt::TensorDataset>(x, y), lt::DataLoaderOptions(4));
+  auto loader = how == "stream"
+                    ? std::make_shared<lt::DataLoader>(std::make_shared<RowStream>(x, y), lt::DataLoaderOptions(4))
+                    : std::make_shared<lt::DataLoader>(std::make_shared<lt::TensorDataset>(x, y),
+                                                       lt::DataLoaderOptions(4));
   if (how == "sampler") loader->set_sampler(std::make_shared<OwnSamples>(x.size(0)));
   if (how == "batches") loader->set_batch_sampler(std::make_shared<OwnBatches>(x.size(0)));
   try {
     trainer.fit(net, loader);
   } catch (const lt::ValueError& e) {
     const std::string what = e.what();
+    if (how == "stream") {
+      LT_WORKER_CHECK(mode != "join" && what.find("is a stream of unknown length") != std::string::npos, what);
+      return 0;
+    }
     LT_WORKER_CHECK(mode == "error" && what.find("rank 0: 5, rank 1: 3") != std::string::npos, what);
     LT_WORKER_CHECK(trainer.global_step() == 0);
     return 0;
   }
-  LT_WORKER_CHECK(mode != "error", "uneven_inputs: error trained on uneven per-rank data");
-  // pad: rank 1 trained on its 12 samples and 8 repeated; join: on its own.
-  const int64_t expected = rank == 0 || mode == "pad" || how == "padded" ? 40 : 24;
+  LT_WORKER_CHECK(mode != "error" && (how != "stream" || mode == "join"), "trained on uneven per-rank data");
+  // pad: rank 1 trained on its samples and 8 repeated; join: on its own.
+  const int64_t expected = rank == 0 || mode == "pad" || how == "padded" ? 40 : 2 * rank1;
   LT_WORKER_CHECK(net->samples == expected, "rank ", rank, " trained on ", net->samples, " samples");
-  LT_WORKER_CHECK(trainer.global_step() == 10, trainer.global_step());
+  LT_WORKER_CHECK(trainer.global_step() == 2 * ((5 + k - 1) / k), trainer.global_step());
   lt::atomic_pickle_save(c10::List<torch::Tensor>(parameter_list(*net)),
                          env_str("LT_OUT") + "/params_" + std::to_string(rank));
   return 0;
 }
 
 TEST(Ddp, PerRankDataWithEveryUnevenInputsMode) {
-  auto run = [](const std::string& mode, const std::string& how) {
+  auto run = [](const std::string& mode, const std::string& how, int k = 1, int rank1 = 12) {
     lt::testing::WorkerOptions options;
-    options.env = {{"LT_OUT", out_dir("per_rank_" + mode + "_" + how)}, {"LT_MODE", mode}, {"LT_HOW", how}};
+    options.env = {{"LT_OUT", out_dir("per_rank_" + mode + "_" + how)}, {"LT_MODE", mode}, {"LT_HOW", how},
+                   {"LT_K", std::to_string(k)}, {"LT_RANK1", std::to_string(rank1)}};
     auto r = run_workers("PerRankData", 2, options);
     EXPECT_TRUE(r.ok()) << mode << " " << how << ": " << r.summary();
     std::vector<std::vector<torch::Tensor>> params;
@@ -730,6 +767,40 @@ TEST(Ddp, PerRankDataWithEveryUnevenInputsMode) {
     expect_equal(join[0], join[1], "join: rank 0 vs rank 1");
     EXPECT_FALSE(torch::allclose(join[0][0], pad[0][0])) << how;
   }
+}
+
+// Per-rank streams of unknown length train under Join as the same rows
+// through map-style loaders (whose Join runs equal the Python oracle,
+// join_test): rank 1 with 12 rows (3 batches) or none, accumulating 1 to 3
+// (a stream that ends inside a window pads it at run time). pad and error
+// need the counts before training and refuse, naming the stream.
+TEST(Ddp, PerRankStreamsTrainUnderJoinAsMapStyleLoaders) {
+  auto run = [](const std::string& mode, const std::string& how, int k, int rank1) {
+    lt::testing::WorkerOptions options;
+    options.env = {{"LT_OUT", out_dir("streams_" + mode + "_" + how)}, {"LT_MODE", mode}, {"LT_HOW", how},
+                   {"LT_K", std::to_string(k)}, {"LT_RANK1", std::to_string(rank1)}};
+    auto r = run_workers("PerRankData", 2, options);
+    EXPECT_TRUE(r.ok()) << mode << " " << how << " k=" << k << " rank1=" << rank1 << ": " << r.summary();
+    std::vector<std::vector<torch::Tensor>> params;
+    for (int rank = 0; rank < 2; ++rank) {
+      const std::string path = options.env["LT_OUT"] + "/params_" + std::to_string(rank);
+      if (std::filesystem::exists(path)) params.push_back(lt::pickle_load_file(path).toTensorVector());
+    }
+    std::filesystem::remove_all(options.env["LT_OUT"]);
+    return params;
+  };
+  for (const auto& [k, rank1] : std::vector<std::pair<int, int>>{{1, 12}, {2, 12}, {3, 12}, {2, 0}}) {
+    const auto streamed = run("join", "stream", k, rank1), mapped = run("join", "flag", k, rank1);
+    ASSERT_EQ(streamed.size(), 2u);
+    ASSERT_EQ(mapped.size(), 2u);
+    for (int rank = 0; rank < 2; ++rank) {
+      for (size_t i = 0; i < mapped[0].size(); ++i) {
+        EXPECT_TRUE(streamed[rank][i].equal(mapped[0][i])) << "k=" << k << " rank1=" << rank1 << " rank " << rank;
+      }
+    }
+  }
+  EXPECT_TRUE(run("pad", "stream", 1, 12).empty());
+  EXPECT_TRUE(run("error", "stream", 1, 12).empty());
 }
 
 // -- local spawn: the Trainer launches the workers ---------------------------------------

@@ -28,7 +28,7 @@ bool agree_stop(CollectiveWatchdog* watchdog, bool local, const RunState* state,
 // throws naming the counts (collectives: one allgather).
 void check_even_batches(Strategy& strategy, int64_t num_batches, const char* what, const char* fix) {
   const std::string per_rank = uneven_counts(strategy, num_batches);
-  if (per_rank.empty()) return;
+  if (per_rank.empty() && num_batches >= 0) return;
   throw Error(c10::str(what, ": the ranks have different numbers of training batches this epoch (", per_rank,
                        "), so the ranks with more batches would wait forever in DDP's gradient allreduce for the ",
                        "ranks that ran out. ", fix));
@@ -130,7 +130,9 @@ class DDPJoinEpochContext : public TrainingEpochContext {
     if (settings_.mode == JoinMode::kLockstep) ddp_.set_join_step(plan.joined_step);
     if (settings_.enable && strategy_.world_size() > 1) {
       auto scope = watch(watchdog_, "allgather of the ranks' batch counts (Join epoch start)");
-      length_ = strategy_.all_gather(torch::tensor({plan.num_batches}, torch::kLong)).max().item<int64_t>();
+      // A stream of unknown length (-1) on any rank: the epoch's length is unknown.
+      const torch::Tensor counts = strategy_.all_gather(torch::tensor({plan.num_batches}, torch::kLong));
+      length_ = counts.min().item<int64_t>() < 0 ? -1 : counts.max().item<int64_t>();
     }
     std::vector<Joinable*> joinables{&ddp_};
     if (module_.runtime().results != nullptr) {
@@ -155,12 +157,14 @@ class DDPJoinEpochContext : public TrainingEpochContext {
   }
 
   int64_t epoch_length() const override { return length_; }
+  // An iteration past this rank's data (its count is unknown (-1) until a stream ends).
+  bool padding(int64_t iteration) const { return plan().num_batches >= 0 && iteration >= plan().num_batches; }
 
   std::unique_ptr<BatchGuard> batch(int64_t iteration, bool sync_gradients) override {
     next_iteration_ = iteration + 1;
     auto guard = std::make_unique<DDPJoinBatchGuard>(ddp_, sync_gradients);
     if (logging_ && settings_.enable) logging_->open();
-    if (iteration >= plan().num_batches) {
+    if (padding(iteration)) {
       // A padding micro-batch has no training_step: run DDP's forward
       // sequence here so that its collectives match the other ranks'.
       auto scope = watch(watchdog_, "DDP forward collectives (Join heartbeat, padding micro-batch)");
@@ -174,7 +178,7 @@ class DDPJoinEpochContext : public TrainingEpochContext {
   void end_batch(int64_t iteration) override {
     if (!logging_ || !settings_.enable) return;
     auto scope = watch(watchdog_, "sync_dist logging allreduce (Join)");
-    logging_->flush(/*padding=*/iteration >= plan().num_batches);
+    logging_->flush(padding(iteration));
   }
 
   // A rank may leave at once (Join shadows it); the others learn of the stop

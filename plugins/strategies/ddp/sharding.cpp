@@ -9,6 +9,10 @@
 namespace lt {
 
 bool shard_dataloader(DataLoader& loader, Stage stage, UnevenInputs uneven_inputs, int64_t rank, int64_t world_size) {
+  if (loader.is_stream()) {
+    loader.set_stream_shard(StreamShard{rank, world_size});
+    return true;
+  }
   if (const auto& batch_sampler = loader.batch_sampler()) {
     if (auto mine = batch_sampler->sharded(rank, world_size)) {
       loader.set_batch_sampler(std::move(mine));
@@ -39,6 +43,12 @@ bool shard_dataloader(DataLoader& loader, Stage stage, UnevenInputs uneven_input
 
 void balance_training_loader(DataLoader& loader, UnevenInputs uneven_inputs, Strategy& strategy,
                              const FractionOrCount& limit_train_batches) {
+  if (loader.size() == DataLoader::kUnknownSize && uneven_inputs != UnevenInputs::kJoin) {
+    throw ValueError(c10::str("uneven_inputs: ", uneven_inputs == UnevenInputs::kPad ? "pad" : "error",
+                              " needs every rank's number of training batches before training, and this rank's ",
+                              "training data is a stream of unknown length; give it one (IterableDataset::length) ",
+                              "or use uneven_inputs: join"));
+  }
   if (uneven_inputs == UnevenInputs::kError) {
     const std::string listing = uneven_counts(strategy, limit_train_batches.apply(loader.size()));
     LT_CHECK_VALUE(listing.empty(),
@@ -49,6 +59,9 @@ void balance_training_loader(DataLoader& loader, UnevenInputs uneven_inputs, Str
     // Whole loaders are evened out, so that a fraction limit_train_batches
     // takes the same share of each.
     const int64_t longest = strategy.all_gather(torch::tensor({loader.size()}, torch::kLong)).max().item<int64_t>();
+    LT_CHECK_VALUE(loader.size() == longest || !loader.is_stream(), "uneven_inputs: pad: this rank's training stream ",
+                   "has ", loader.size(), " batches and the longest rank's ", longest, ", and a stream's samples ",
+                   "cannot be repeated; use uneven_inputs: join");
     if (loader.size() < longest && loader.batch_sampler()) {
       loader.set_batch_sampler(std::make_shared<PaddedBatchSampler>(loader.batch_sampler(), longest));
     } else if (loader.size() < longest) {
