@@ -14,6 +14,7 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include <lightning_cpp/callbacks/early_stopping.h>
@@ -182,9 +183,11 @@ LT_TEST_WORKER(JoinAllReducer) {
 
 namespace {
 // Runs `worker` on `world` ranks, each bounded by `timeout`; every rank must pass.
-void expect_workers_pass(const std::string& worker, int world, std::chrono::seconds timeout) {
+void expect_workers_pass(const std::string& worker, int world, std::chrono::seconds timeout,
+                         std::map<std::string, std::string> env = {}) {
   WorkerOptions options;
   options.timeout = timeout;
+  options.env = std::move(env);
   auto r = run_workers(worker, world, options);
   EXPECT_TRUE(r.ok()) << r.summary();
 }
@@ -376,6 +379,32 @@ class OwnShardSampler : public lt::Sampler {
   int64_t size_;
 };
 
+// Rank `rank`'s rows as a stream of unknown length.
+class RowStream : public lt::IterableDataset {
+ public:
+  RowStream(torch::Tensor x, torch::Tensor y) : x_(std::move(x)), y_(std::move(y)) {}
+  std::unique_ptr<lt::ExampleStream> open(int64_t, const lt::StreamShard&) const override {
+    struct Stream : lt::ExampleStream {
+      torch::Tensor x, y;
+      int64_t row = 0;
+      std::optional<lt::Batch> next() override {
+        if (row >= x.size(0)) return std::nullopt;
+        ++row;
+        return lt::Batch(x[row - 1], y[row - 1]);
+      }
+    };
+    auto stream = std::make_unique<Stream>();
+    stream->x = x_;
+    stream->y = y_;
+    return stream;
+  }
+
+ private:
+  torch::Tensor x_, y_;
+};
+
+// Rank `rank`'s `num_batches` batches of its own rows; with LT_STREAM=1 read
+// as a stream of unknown length (the matrix then checks streams against the oracle).
 std::shared_ptr<lt::DataLoader> rank_loader(int64_t rank, int64_t num_batches) {
   std::vector<torch::Tensor> xs;
   std::vector<torch::Tensor> ys;
@@ -389,6 +418,9 @@ std::shared_ptr<lt::DataLoader> rank_loader(int64_t rank, int64_t num_batches) {
   }
   auto data = num_batches > 0 ? torch::cat(xs) : torch::zeros({0, kIn}, torch::kDouble);
   auto targets = num_batches > 0 ? torch::cat(ys) : torch::zeros({0, 1}, torch::kDouble);
+  if (env_int("LT_STREAM") != 0) {
+    return std::make_shared<lt::DataLoader>(std::make_shared<RowStream>(data, targets), lt::DataLoaderOptions(kBatch));
+  }
   auto loader = std::make_shared<lt::DataLoader>(std::make_shared<lt::TensorDataset>(data, targets),
                                                  lt::DataLoaderOptions(kBatch));
   loader->set_sampler(std::make_shared<OwnShardSampler>(num_batches * kBatch));
@@ -1004,6 +1036,16 @@ TEST(JoinSyncBatchNorm, EqualsOneBatchNormOnTheUnionOnThreeRanks) {
 TEST(JoinMatrix, TwoRanks) { expect_workers_pass("JoinMatrix", 2, std::chrono::seconds(120)); }
 
 TEST(JoinMatrix, ThreeRanks) { expect_workers_pass("JoinMatrix", 3, std::chrono::seconds(120)); }
+
+// The same matrix with every rank's rows read as a stream of unknown length
+// (the window rule found at run time, a rank with no rows among them).
+TEST(JoinMatrix, TwoRanksStreamed) {
+  expect_workers_pass("JoinMatrix", 2, std::chrono::seconds(120), {{"LT_STREAM", "1"}});
+}
+
+TEST(JoinMatrix, ThreeRanksStreamed) {
+  expect_workers_pass("JoinMatrix", 3, std::chrono::seconds(120), {{"LT_STREAM", "1"}});
+}
 
 TEST(JoinMatrix, FourRanks) { expect_workers_pass("JoinMatrix", 4, std::chrono::seconds(150)); }
 
