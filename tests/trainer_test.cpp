@@ -13,6 +13,7 @@
 #include <lightning_cpp/trainer/checkpoint.h>
 #include <lightning_cpp/trainer/trainer.h>
 
+#include "support/row_stream.h"
 #include "support/seeding.h"
 
 namespace {
@@ -472,32 +473,6 @@ TEST_F(TrainerTest, BadBatchNamesBothShapes) {
 
 // -- streams (IterableDataset) -----------------------------------------------------
 
-// The rows of a TensorDataset, in order, as a stream; `known`: it tells its length.
-class RowStream : public lt::IterableDataset {
- public:
-  RowStream(std::shared_ptr<lt::TensorDataset> rows, bool known) : rows_(std::move(rows)), known_(known) {}
-  std::unique_ptr<lt::ExampleStream> open(int64_t, const lt::StreamShard&) const override {
-    struct Stream : lt::ExampleStream {
-      std::shared_ptr<lt::TensorDataset> rows;
-      int64_t next_row = 0;
-      std::optional<lt::Batch> next() override {
-        if (next_row >= rows->size()) return std::nullopt;
-        return rows->get(next_row++);
-      }
-    };
-    auto stream = std::make_unique<Stream>();
-    stream->rows = rows_;
-    return stream;
-  }
-  std::optional<int64_t> length(const lt::StreamShard&) const override {
-    return known_ ? std::optional<int64_t>(rows_->size()) : std::nullopt;
-  }
-
- private:
-  std::shared_ptr<lt::TensorDataset> rows_;
-  bool known_;
-};
-
 std::vector<torch::Tensor> weights(torch::nn::Module& m) {
   std::vector<torch::Tensor> out;
   for (const auto& p : m.parameters()) out.push_back(p.detach().clone());
@@ -511,7 +486,8 @@ std::vector<torch::Tensor> weights(torch::nn::Module& m) {
 // mid-epoch checkpoint.
 TEST_F(TrainerTest, AStreamTrainsLikeTheMapStyleLoader) {
   const auto rows = regression_data(18);
-  const std::string dir = (std::filesystem::temp_directory_path() / ("lt_stream_" + std::to_string(::getpid()))).string();
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("lt_stream_" + std::to_string(::getpid()))).string();
   auto run = [&](std::shared_ptr<lt::DataLoader> loader, std::vector<std::shared_ptr<lt::Callback>> callbacks,
                  const std::string& ckpt_path) {
     torch::manual_seed(0);
@@ -523,7 +499,8 @@ TEST_F(TrainerTest, AStreamTrainsLikeTheMapStyleLoader) {
     return weights(*model);
   };
   auto stream = [&](bool known) {
-    return std::make_shared<lt::DataLoader>(std::make_shared<RowStream>(rows, known), lt::DataLoaderOptions(4));
+    auto rows_stream = std::make_shared<lt::testing::RowStream>(rows->data(), rows->targets(), known);
+    return std::make_shared<lt::DataLoader>(rows_stream, lt::DataLoaderOptions(4));
   };
   const auto expected = run(std::make_shared<lt::DataLoader>(rows, lt::DataLoaderOptions(4)), {}, "");
   auto every = std::make_shared<lt::ModelCheckpoint>(
@@ -542,7 +519,8 @@ TEST_F(TrainerTest, AStreamTrainsLikeTheMapStyleLoader) {
 
 TEST_F(TrainerTest, WhatAStreamOfUnknownLengthCannotDoIsRefused) {
   const auto rows = regression_data(22);
-  auto stream = std::make_shared<lt::DataLoader>(std::make_shared<RowStream>(rows, false), lt::DataLoaderOptions(4));
+  auto stream = std::make_shared<lt::DataLoader>(
+      std::make_shared<lt::testing::RowStream>(rows->data(), rows->targets()), lt::DataLoaderOptions(4));
   auto error = [&](lt::TrainerOptions options, std::shared_ptr<lt::DataLoader> val) {
     lt::Trainer trainer(options.max_epochs(1).enable_progress_bar(false));
     try {

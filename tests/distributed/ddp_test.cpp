@@ -26,6 +26,7 @@
 #include <lightning_cpp/trainer/trainer.h>
 
 #include "support/multiprocess.h"
+#include "support/row_stream.h"
 
 using lt::testing::env_int;
 using lt::testing::env_str;
@@ -645,30 +646,6 @@ class OwnBatches : public lt::BatchSampler {
   int64_t n_;
 };
 
-// Its rows in order, as a stream of unknown length.
-class RowStream : public lt::IterableDataset {
- public:
-  RowStream(torch::Tensor x, torch::Tensor y) : x_(std::move(x)), y_(std::move(y)) {}
-  std::unique_ptr<lt::ExampleStream> open(int64_t, const lt::StreamShard&) const override {
-    struct Stream : lt::ExampleStream {
-      torch::Tensor x, y;
-      int64_t row = 0;
-      std::optional<lt::Batch> next() override {
-        if (row >= x.size(0)) return std::nullopt;
-        ++row;
-        return lt::Batch(x[row - 1], y[row - 1]);
-      }
-    };
-    auto stream = std::make_unique<Stream>();
-    stream->x = x_;
-    stream->y = y_;
-    return stream;
-  }
-
- private:
-  torch::Tensor x_, y_;
-};
-
 // Rank 0 has 20 samples of its own, rank 1 LT_RANK1 (12: batches of 4, 5 and
 // 3), given as a plain loader with use_distributed_sampler false
 // (LT_HOW=flag), with a custom sampler (sampler) or batch sampler (batches),
@@ -707,7 +684,8 @@ LT_TEST_WORKER(PerRankData) {
                           .enable_progress_bar(false)
                           .default_root_dir(env_str("LT_OUT")));
   auto loader = how == "stream"
-                    ? std::make_shared<lt::DataLoader>(std::make_shared<RowStream>(x, y), lt::DataLoaderOptions(4))
+                    ? std::make_shared<lt::DataLoader>(std::make_shared<lt::testing::RowStream>(x, y),
+                                                       lt::DataLoaderOptions(4))
                     : std::make_shared<lt::DataLoader>(std::make_shared<lt::TensorDataset>(x, y),
                                                        lt::DataLoaderOptions(4));
   if (how == "sampler") loader->set_sampler(std::make_shared<OwnSamples>(x.size(0)));

@@ -30,6 +30,7 @@
 #include <lightning_cpp/trainer/trainer.h>
 
 #include "support/multiprocess.h"
+#include "support/row_stream.h"
 
 using lt::testing::env_int;
 using lt::testing::env_str;
@@ -379,30 +380,6 @@ class OwnShardSampler : public lt::Sampler {
   int64_t size_;
 };
 
-// Rank `rank`'s rows as a stream of unknown length.
-class RowStream : public lt::IterableDataset {
- public:
-  RowStream(torch::Tensor x, torch::Tensor y) : x_(std::move(x)), y_(std::move(y)) {}
-  std::unique_ptr<lt::ExampleStream> open(int64_t, const lt::StreamShard&) const override {
-    struct Stream : lt::ExampleStream {
-      torch::Tensor x, y;
-      int64_t row = 0;
-      std::optional<lt::Batch> next() override {
-        if (row >= x.size(0)) return std::nullopt;
-        ++row;
-        return lt::Batch(x[row - 1], y[row - 1]);
-      }
-    };
-    auto stream = std::make_unique<Stream>();
-    stream->x = x_;
-    stream->y = y_;
-    return stream;
-  }
-
- private:
-  torch::Tensor x_, y_;
-};
-
 // Rank `rank`'s `num_batches` batches of its own rows; with LT_STREAM=1 read
 // as a stream of unknown length (the matrix then checks streams against the oracle).
 std::shared_ptr<lt::DataLoader> rank_loader(int64_t rank, int64_t num_batches) {
@@ -419,7 +396,8 @@ std::shared_ptr<lt::DataLoader> rank_loader(int64_t rank, int64_t num_batches) {
   auto data = num_batches > 0 ? torch::cat(xs) : torch::zeros({0, kIn}, torch::kDouble);
   auto targets = num_batches > 0 ? torch::cat(ys) : torch::zeros({0, 1}, torch::kDouble);
   if (env_int("LT_STREAM") != 0) {
-    return std::make_shared<lt::DataLoader>(std::make_shared<RowStream>(data, targets), lt::DataLoaderOptions(kBatch));
+    return std::make_shared<lt::DataLoader>(std::make_shared<lt::testing::RowStream>(data, targets),
+                                            lt::DataLoaderOptions(kBatch));
   }
   auto loader = std::make_shared<lt::DataLoader>(std::make_shared<lt::TensorDataset>(data, targets),
                                                  lt::DataLoaderOptions(kBatch));
