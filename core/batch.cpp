@@ -33,8 +33,12 @@ std::vector<std::pair<std::string, torch::Tensor>> Batch::tensors() const {
 }
 
 int64_t Batch::size() const {
-  for (const auto& [key, tensor] : tensors()) {
-    if (tensor.dim() >= 1) return tensor.size(0);
+  // Asked per batch by the loops: no copy of the tensor list.
+  for (const torch::Tensor* t : {&data, &target}) {
+    if (t->defined() && t->dim() >= 1) return t->size(0);
+  }
+  for (const auto& [key, tensor] : fields) {
+    if (tensor.defined() && tensor.dim() >= 1) return tensor.size(0);
   }
   return 0;
 }

@@ -19,6 +19,10 @@ namespace lt {
 
 namespace {
 
+Batch pinned(const Batch& batch) {
+  return batch.map([](const torch::Tensor& t) { return t.pin_memory(); });
+}
+
 // "samples 28..31", "sample 5", or the first few of a shuffled batch.
 std::string describe_samples(const std::vector<int64_t>& s) {
   if (s.size() == 1) return c10::str("sample ", s[0]);
@@ -262,8 +266,7 @@ std::optional<Batch> DataLoader::stream_batch(int64_t batch_idx) const {
   }
   if (examples.empty() || (options_.drop_last() && static_cast<int64_t>(examples.size()) < b)) return std::nullopt;
   Batch batch = options_.collate() ? options_.collate()(examples) : collate(examples);
-  if (pin_) batch = batch.map([](const torch::Tensor& t) { return t.pin_memory(); });
-  return batch;
+  return pin_ ? pinned(batch) : batch;
 }
 
 // Joins the workers before the members they read (dataset_, options_) go.
@@ -327,8 +330,7 @@ Batch DataLoader::load(const std::vector<int64_t>& indices) const {
   } else {
     batch = dataset_->get_batch(indices);
   }
-  if (pin_) batch = batch.map([](const torch::Tensor& t) { return t.pin_memory(); });
-  return batch;
+  return pin_ ? pinned(batch) : batch;
 }
 
 Batch DataLoader::get(int64_t batch_idx) const {

@@ -107,7 +107,6 @@ void TrainingEpochLoop::run(LoopContext& ctx, DataLoader& train, DataLoader* val
     n = it;
     ctx.state.num_training_batches = n;
     epoch->set_num_batches(n);
-    length = epoch->epoch_length();
   };
   Batch first;
   bool stopped = false;
