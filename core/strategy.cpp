@@ -44,10 +44,11 @@ bool Strategy::reduce_boolean_decision(bool decision, bool /*all*/) { return dec
 
 std::string uneven_counts(Strategy& strategy, int64_t local) {
   const torch::Tensor counts = strategy.all_gather(torch::tensor({local}, torch::kLong)).flatten();
-  if ((counts == local).all().item<bool>()) return {};
+  if ((counts == local).all().item<bool>() && local >= 0) return {};
   std::string listing;
   for (int64_t r = 0; r < counts.size(0); ++r) {
-    listing += c10::str(r == 0 ? "" : ", ", "rank ", r, ": ", counts[r].item<int64_t>());
+    const int64_t count = counts[r].item<int64_t>();
+    listing += c10::str(r == 0 ? "" : ", ", "rank ", r, ": ", count >= 0 ? std::to_string(count) : "unknown (a stream)");
   }
   return listing;
 }

@@ -146,8 +146,9 @@ class Strategy {
   virtual bool reduce_boolean_decision(bool decision, bool all = true);
 };
 
-// Gathers every rank's `local` count (a collective): "" when all are equal,
-// else the counts, "rank 0: 3, rank 1: 5".
+// Gathers every rank's `local` count (a collective): "" when all are equal
+// and known, else the counts, "rank 0: 3, rank 1: 5" (a count of -1 is
+// unknown: a stream's, found at its end, and so never taken as even).
 std::string uneven_counts(Strategy& strategy, int64_t local);
 
 // sum(p * 0) over the module's trainable parameters: a zero loss whose graph

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstddef>
 #include <deque>
 #include <exception>
+#include <limits>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -194,6 +196,163 @@ void DataLoader::Workers::run() {
   }
 }
 
+// A stream's batches in the loader's order. Without workers: one stream,
+// read by next() on the caller's thread. With W workers: W streams (the
+// shard's worker 0..W-1), each read by its own thread into its own queue of
+// at most prefetch_factor batches. Either way next() takes a batch from the
+// live streams in turn, a stream leaving the turn at its end, so the order
+// depends on each stream's batches, never on timing; start(i) replays that
+// turn with ExampleStream::skip to stand at batch i. A worker's exception is
+// rethrown by the next() that comes to its turn. stop() joins every thread,
+// after the read each is in (a stream's next() is never interrupted).
+class DataLoader::StreamReader {
+ public:
+  explicit StreamReader(const DataLoader& loader) : loader_(loader) {}
+  ~StreamReader() { stop(); }
+
+  // This epoch's streams, opened and standing at batch `first`.
+  void start(int64_t first);
+  std::optional<Batch> next();
+  // The index of the batch next() returns; -1 when stopped.
+  int64_t next_index() const { return next_index_; }
+  void stop();
+
+ private:
+  struct Item {
+    std::optional<Batch> batch;  // nullopt: the stream's end
+    std::exception_ptr error;
+  };
+  struct Worker {
+    std::unique_ptr<ExampleStream> stream;
+    std::deque<Item> queue;  // guarded by mutex_
+    std::thread thread;
+  };
+
+  void run(Worker& worker);
+  // Ends the turn of live_[cursor_]: `ended` drops it from the turn.
+  void pass_turn(bool ended) {
+    if (ended) {
+      live_.erase(live_.begin() + static_cast<std::ptrdiff_t>(cursor_));
+    } else {
+      ++cursor_;
+    }
+    if (cursor_ >= live_.size()) cursor_ = 0;
+  }
+
+  const DataLoader& loader_;  // owns this
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::vector<size_t> live_;  // workers whose stream has not ended, in turn order
+  size_t cursor_ = 0;         // live_[cursor_] gives the next batch
+  int64_t next_index_ = -1;
+  std::mutex mutex_;
+  std::condition_variable cv_;  // a queue changed, or stop_
+  bool stop_ = false;
+};
+
+void DataLoader::StreamReader::start(int64_t first) {
+  stop();
+  const int64_t num_workers = std::max<int64_t>(1, loader_.options_.num_workers());
+  for (int64_t w = 0; w < num_workers; ++w) {
+    auto worker = std::make_unique<Worker>();
+    worker->stream = loader_.stream_dataset_->open(loader_.epoch_, loader_.worker_shard(w));
+    LT_CHECK(worker->stream != nullptr, "IterableDataset::open returned no stream (epoch ", loader_.epoch_, ", rank ",
+             loader_.shard_.rank, ", worker ", w, ")");
+    workers_.push_back(std::move(worker));
+    live_.push_back(static_cast<size_t>(w));
+  }
+  // A resumed epoch: the batches before `first`, skipped in turn.
+  const int64_t b = loader_.options_.batch_size();
+  for (int64_t i = 0; i < first && !live_.empty();) {
+    const int64_t skipped = workers_[live_[cursor_]]->stream->skip(b);
+    const bool ended = skipped == 0 || (loader_.options_.drop_last() && skipped < b);
+    pass_turn(ended);
+    if (!ended) ++i;
+  }
+  next_index_ = first;
+  if (loader_.options_.num_workers() == 0) return;
+  for (size_t w : live_) {
+    Worker& worker = *workers_[w];
+    worker.thread = std::thread([this, &worker] { run(worker); });
+  }
+}
+
+std::optional<Batch> DataLoader::StreamReader::next() {
+  LT_INTERNAL_ASSERT(next_index_ >= 0, "DataLoader: the stream reader is not started");
+  while (!live_.empty()) {
+    const size_t w = live_[cursor_];
+    Worker& worker = *workers_[w];
+    std::optional<Batch> batch;
+    if (!worker.thread.joinable()) {
+      batch = loader_.read_batch(*worker.stream);
+    } else {
+      Item item;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        cv_.wait(lock, [&] { return !worker.queue.empty(); });
+        item = std::move(worker.queue.front());
+        worker.queue.pop_front();
+      }
+      cv_.notify_all();
+      if (item.error) {
+        std::exception_ptr error =
+            with_context(item.error, c10::str("DataLoader worker ", w, " of ", workers_.size(), ": epoch ",
+                                              loader_.epoch_, ", batch ", next_index_, " (rank ", loader_.shard_.rank,
+                                              "'s stream): "));
+        stop();
+        std::rethrow_exception(error);
+      }
+      batch = std::move(item.batch);
+    }
+    pass_turn(!batch);
+    if (batch) {
+      ++next_index_;
+      return batch;
+    }
+  }
+  return std::nullopt;
+}
+
+void DataLoader::StreamReader::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (auto& worker : workers_) {
+    if (worker->thread.joinable()) worker->thread.join();
+  }
+  workers_.clear();
+  live_.clear();
+  cursor_ = 0;
+  next_index_ = -1;
+  stop_ = false;
+}
+
+void DataLoader::StreamReader::run(Worker& worker) {
+  torch::NoGradGuard no_grad;  // batches are inputs (see Workers::run)
+  const auto prefetch = static_cast<size_t>(loader_.options_.prefetch_factor());
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [&] { return stop_ || worker.queue.size() < prefetch; });
+      if (stop_) return;
+    }
+    Item item;
+    try {
+      item.batch = loader_.read_batch(*worker.stream);
+    } catch (...) {
+      item.error = std::current_exception();
+    }
+    const bool last = !item.batch || item.error;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      worker.queue.push_back(std::move(item));
+    }
+    cv_.notify_all();
+    if (last) return;
+  }
+}
+
 DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, DataLoaderOptions options)
     : dataset_(std::move(dataset)), options_(options) {
   LT_CHECK(dataset_ != nullptr, "DataLoader: dataset is null");
@@ -218,18 +377,41 @@ DataLoader::DataLoader(std::shared_ptr<IterableDataset> stream, DataLoaderOption
     : options_(options), stream_dataset_(std::move(stream)) {
   LT_CHECK(stream_dataset_ != nullptr, "DataLoader: dataset is null");
   LT_CHECK_VALUE(options_.batch_size() >= 1, "DataLoader: batch_size must be >= 1, got ", options_.batch_size());
-  LT_CHECK_VALUE(options_.num_workers() == 0 && !options_.shuffle(), "DataLoader over an IterableDataset: ",
-                 options_.num_workers() != 0 ? "num_workers" : "shuffle", " is not supported (the stream gives the ",
-                 "order; read ahead in the stream itself)");
+  LT_CHECK_VALUE(options_.num_workers() >= 0, "DataLoader: num_workers must be >= 0, got ", options_.num_workers());
+  LT_CHECK_VALUE(options_.prefetch_factor() >= 1, "DataLoader: prefetch_factor must be >= 1, got ",
+                 options_.prefetch_factor());
+  LT_CHECK_VALUE(!options_.shuffle(), "DataLoader over an IterableDataset: shuffle is not supported (the stream ",
+                 "gives the order: shuffle inside the stream, e.g. per epoch as IterableDataset::open's epoch tells)");
   pin_ = options_.pin_memory() && torch::cuda::is_available();
 }
 
 int64_t DataLoader::size() const {
   if (!is_stream()) return static_cast<int64_t>(batches_.size());
-  const std::optional<int64_t> length = stream_dataset_->length(shard_);
-  if (!length) return kUnknownSize;
   const int64_t b = options_.batch_size();
-  return options_.drop_last() ? *length / b : (*length + b - 1) / b;
+  int64_t batches = 0;
+  for (int64_t w = 0; w < std::max<int64_t>(1, options_.num_workers()); ++w) {
+    const std::optional<int64_t> length = stream_dataset_->length(worker_shard(w));
+    if (!length) return kUnknownSize;
+    batches += options_.drop_last() ? *length / b : (*length + b - 1) / b;
+  }
+  return batches;
+}
+
+int64_t DataLoader::limited_size(const FractionOrCount& limit, const char* name) const {
+  const int64_t n = size();
+  if (n != kUnknownSize) return limit.apply(n);
+  if (limit.is_count()) return limit.count();
+  LT_CHECK_VALUE(limit.fraction() == 1.0, name, ": ", limit.fraction(), " is a fraction of the epoch, and this data is ",
+                 "a stream of unknown length; give a number of batches, or the stream's length ",
+                 "(IterableDataset::length)");
+  return std::numeric_limits<int64_t>::max();
+}
+
+StreamShard DataLoader::worker_shard(int64_t worker) const {
+  StreamShard shard = shard_;
+  shard.worker = worker;
+  shard.num_workers = std::max<int64_t>(1, options_.num_workers());
+  return shard;
 }
 
 void DataLoader::set_stream_shard(StreamShard shard) {
@@ -250,17 +432,21 @@ bool DataLoader::has_batch(int64_t batch_idx) const {
 }
 
 std::optional<Batch> DataLoader::stream_batch(int64_t batch_idx) const {
-  const int64_t b = options_.batch_size();
-  if (!stream_ || batch_idx < stream_next_) {
-    stream_ = stream_dataset_->open(epoch_, shard_);
-    LT_CHECK(stream_ != nullptr, "IterableDataset::open returned no stream (epoch ", epoch_, ", rank ", shard_.rank, ")");
-    stream_next_ = 0;
+  if (!reader_) reader_ = std::make_unique<StreamReader>(*this);
+  if (reader_->next_index() != batch_idx) reader_->start(batch_idx);
+  try {
+    return reader_->next();
+  } catch (...) {
+    reader_->stop();  // the next batch asked for reopens the streams
+    throw;
   }
-  if (batch_idx > stream_next_) stream_->skip((batch_idx - stream_next_) * b);  // a resumed epoch
-  stream_next_ = batch_idx + 1;
+}
+
+std::optional<Batch> DataLoader::read_batch(ExampleStream& stream) const {
+  const int64_t b = options_.batch_size();
   std::vector<Batch> examples;
   while (static_cast<int64_t>(examples.size()) < b) {
-    std::optional<Batch> example = stream_->next();
+    std::optional<Batch> example = stream.next();
     if (!example) break;
     examples.push_back(std::move(*example));
   }
@@ -270,10 +456,14 @@ std::optional<Batch> DataLoader::stream_batch(int64_t batch_idx) const {
 }
 
 // Joins the workers before the members they read (dataset_, options_) go.
-DataLoader::~DataLoader() { workers_.reset(); }
+DataLoader::~DataLoader() {
+  workers_.reset();
+  reader_.reset();
+}
 
 void DataLoader::shutdown() {
   if (workers_) workers_->stop();
+  if (reader_) reader_->stop();
 }
 
 void DataLoader::set_sampler(std::shared_ptr<Sampler> sampler) {
@@ -292,7 +482,6 @@ void DataLoader::set_batch_sampler(std::shared_ptr<BatchSampler> batch_sampler) 
 void DataLoader::set_epoch(int64_t epoch) {
   shutdown();
   epoch_ = epoch;
-  stream_.reset();
   ahead_.clear();
   if (is_stream()) return;
   batches_.clear();

@@ -28,6 +28,7 @@
 
 #include <torch/arg.h>
 
+#include <lightning_cpp/core/types.h>
 #include <lightning_cpp/data/batch_sampler.h>
 #include <lightning_cpp/data/collate.h>
 #include <lightning_cpp/data/dataset.h>
@@ -58,8 +59,9 @@ struct DataLoaderOptions {
 class DataLoader {
  public:
   DataLoader(std::shared_ptr<Dataset> dataset, DataLoaderOptions options);
-  // Over a stream (data/iterable_dataset.h): batches are read in order; no
-  // sampler, batch sampler or workers.
+  // Over a stream (data/iterable_dataset.h): batches are read in order, with
+  // num_workers > 0 from a stream per worker thread; no sampler, batch
+  // sampler or shuffle.
   DataLoader(std::shared_ptr<IterableDataset> stream, DataLoaderOptions options);
   ~DataLoader();
   DataLoader(const DataLoader&) = delete;
@@ -69,6 +71,10 @@ class DataLoader {
   // over a stream, from its length, or kUnknownSize.
   static constexpr int64_t kUnknownSize = -1;
   int64_t size() const;
+  // How many batches of an epoch `limit` (the limit_*_batches option `name`)
+  // takes. Over a stream of unknown length: a count as is, 1.0 as every
+  // batch (INT64_MAX: the loop finds the end); another fraction is refused.
+  int64_t limited_size(const FractionOrCount& limit, const char* name) const;
   bool is_stream() const { return stream_dataset_ != nullptr; }
   // Whether batch `batch_idx` exists (over a stream: reads ahead to it).
   bool has_batch(int64_t batch_idx) const;
@@ -82,7 +88,8 @@ class DataLoader {
   // The dataset indices of batch `batch_idx` (Lightning's batch_indices).
   std::vector<int64_t> batch_indices(int64_t batch_idx) const;
   // Drops the prefetched batches and joins the worker threads; the next get()
-  // starts them again. Nothing to do without workers or before the first get().
+  // starts them again (over a stream, reopened at that batch). Nothing to do
+  // without workers or before the first get().
   void shutdown();
 
   const std::shared_ptr<Dataset>& dataset() const { return dataset_; }
@@ -99,11 +106,15 @@ class DataLoader {
 
  private:
   class Workers;
+  class StreamReader;
 
   Batch load(const std::vector<int64_t>& indices) const;
-  // Over a stream: batch `batch_idx` of this epoch, read (or taken from the
-  // read-ahead), or nullopt past the end.
+  // Over a stream: batch `batch_idx` of this epoch, read, or nullopt past the end.
   std::optional<Batch> stream_batch(int64_t batch_idx) const;
+  // The shard of this rank's stream that loader worker `worker` reads.
+  StreamShard worker_shard(int64_t worker) const;
+  // Reads up to batch_size examples of `stream` into a batch; nullopt at its end.
+  std::optional<Batch> read_batch(ExampleStream& stream) const;
 
   std::shared_ptr<Dataset> dataset_;
   DataLoaderOptions options_;
@@ -115,12 +126,11 @@ class DataLoader {
   bool pin_ = false;  // pin_memory and CUDA available
   // Null without workers; with them, created with the loader (no thread yet).
   std::unique_ptr<Workers> workers_;
-  // Over a stream: the dataset, this rank's shard, the open stream, the
-  // index of the next batch it yields, and batches read ahead.
+  // Over a stream: the dataset, this rank's shard, the open streams (and
+  // their worker threads), and batches read ahead.
   std::shared_ptr<IterableDataset> stream_dataset_;
   StreamShard shard_;
-  mutable std::unique_ptr<ExampleStream> stream_;
-  mutable int64_t stream_next_ = 0;
+  mutable std::unique_ptr<StreamReader> reader_;
   mutable std::deque<std::pair<int64_t, std::optional<Batch>>> ahead_;
 };
 

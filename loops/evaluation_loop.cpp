@@ -24,9 +24,11 @@ std::map<std::string, double> EvaluationLoop::run(LoopContext& ctx, DataLoader& 
     ctx.hooks.call(&Callback::on_validation_epoch_start);
     ctx.module.on_validation_epoch_start();
   }
-  const int64_t n = std::min(max_batches, loader.size());
-  if (ctx.strategy.world_size() > 1) results.set_uneven_batches(uneven_counts(ctx.strategy, n));
-  for (int64_t i = 0; i < n; ++i) {
+  // A stream of unknown length runs to its end (or max_batches).
+  const bool known = loader.size() != DataLoader::kUnknownSize;
+  const int64_t n = known ? std::min(max_batches, loader.size()) : max_batches;
+  if (ctx.strategy.world_size() > 1) results.set_uneven_batches(uneven_counts(ctx.strategy, known ? n : -1));
+  for (int64_t i = 0; i < n && loader.has_batch(i); ++i) {
     Batch batch = loader.get(i);
     batch = ctx.strategy.batch_to_device(std::move(batch));
     results.set_current_batch_size(batch.size());

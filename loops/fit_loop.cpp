@@ -13,7 +13,7 @@ bool FitLoop::done(const LoopContext& ctx) const {
 
 void FitLoop::sanity_check(LoopContext& ctx, DataLoader* val) {
   if (val == nullptr || ctx.options.num_sanity_val_steps() == 0 || !ctx.module.has_validation_step()) return;
-  const int64_t limit = ctx.options.limit_val_batches().apply(val->size());
+  const int64_t limit = val->limited_size(ctx.options.limit_val_batches(), "limit_val_batches");
   if (limit <= 0) return;
   const int64_t steps = ctx.options.num_sanity_val_steps() < 0 ? limit
                                                                 : std::min(limit, ctx.options.num_sanity_val_steps());

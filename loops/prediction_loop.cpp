@@ -63,13 +63,14 @@ std::vector<torch::Tensor> PredictionLoop::run(LoopContext& ctx, DataLoader& loa
   torch::NoGradGuard no_grad;
   ctx.hooks.call(&Callback::on_predict_start);
   std::vector<torch::Tensor> out;
-  const int64_t n = std::min(max_batches, loader.size());
-  for (int64_t i = 0; i < n; ++i) {
+  const int64_t n = loader.size() == DataLoader::kUnknownSize ? max_batches : std::min(max_batches, loader.size());
+  for (int64_t i = 0; i < n && loader.has_batch(i); ++i) {
     Batch batch = loader.get(i);
     batch = ctx.strategy.batch_to_device(std::move(batch));
     out.push_back(ctx.module.predict_step(batch, i));
   }
-  if (ctx.strategy.world_size() > 1) out = gather_in_dataset_order(ctx.strategy, loader, out);
+  // A stream has no dataset order to merge the ranks' predictions in: each rank returns its own.
+  if (ctx.strategy.world_size() > 1 && !loader.is_stream()) out = gather_in_dataset_order(ctx.strategy, loader, out);
   ctx.hooks.call(&Callback::on_predict_end);
   return out;
 }

@@ -46,7 +46,7 @@ bool TrainingEpochLoop::max_steps_reached(const LoopContext& ctx) const {
 }
 
 void TrainingEpochLoop::run_validation(LoopContext& ctx, DataLoader& val) {
-  const int64_t limit = ctx.options.limit_val_batches().apply(val.size());
+  const int64_t limit = val.limited_size(ctx.options.limit_val_batches(), "limit_val_batches");
   if (limit <= 0 || !ctx.module.has_validation_step()) return;
   val_loop_->run(ctx, val, Stage::kValidate, limit);
 }
@@ -54,16 +54,14 @@ void TrainingEpochLoop::run_validation(LoopContext& ctx, DataLoader& val) {
 void TrainingEpochLoop::run(LoopContext& ctx, DataLoader& train, DataLoader* val) {
   const FractionOrCount& limit = ctx.options.limit_train_batches();
   const bool unknown_length = train.size() == DataLoader::kUnknownSize;
-  // A stream of unknown length: n is found at its end (or at a count limit).
-  int64_t n = unknown_length ? -1 : limit.apply(train.size());
+  // A stream of unknown length: n is found at its end (or at a count limit, `cap`).
+  const int64_t cap = train.limited_size(limit, "limit_train_batches");
+  int64_t n = unknown_length ? -1 : cap;
   const int64_t k = ctx.options.accumulate_grad_batches();
   ctx.state.num_training_batches = n;
   const bool validate_this_epoch =
       val != nullptr && (ctx.state.current_epoch + 1) % ctx.options.check_val_every_n_epoch() == 0;
   if (unknown_length) {
-    LT_CHECK_VALUE(limit.is_count() || limit.fraction() == 1.0, "limit_train_batches: ", limit.fraction(),
-                   " is a fraction of the epoch, and the training data is a stream of unknown length; give a ",
-                   "number of batches, or the stream's length (IterableDataset::length)");
     const FractionOrCount& interval = ctx.options.val_check_interval();
     LT_CHECK_VALUE(val == nullptr || (!interval.is_count() && interval.fraction() == 1.0), "val_check_interval: ",
                    "validation within the epoch needs the epoch's length, and the training data is a stream of ",
@@ -103,7 +101,7 @@ void TrainingEpochLoop::run(LoopContext& ctx, DataLoader& train, DataLoader* val
   // batch ahead, so that the last batch is known as such (it ends the
   // accumulation window, or starts the padding to its end under Join).
   auto find_end = [&](int64_t it) {
-    if (n >= 0 || (train.has_batch(it) && !(limit.is_count() && it >= limit.count()))) return;
+    if (n >= 0 || (it < cap && train.has_batch(it))) return;
     n = it;
     ctx.state.num_training_batches = n;
     epoch->set_num_batches(n);

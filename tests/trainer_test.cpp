@@ -531,16 +531,62 @@ TEST_F(TrainerTest, WhatAStreamOfUnknownLengthCannotDoIsRefused) {
     return std::string("<trained>");
   };
   EXPECT_NE(error(lt::TrainerOptions().limit_train_batches(0.5), nullptr).find(
-                "limit_train_batches: 0.5 is a fraction of the epoch, and the training data is a stream of unknown"),
+                "limit_train_batches: 0.5 is a fraction of the epoch, and this data is a stream of unknown length"),
             std::string::npos);
   EXPECT_NE(error(lt::TrainerOptions().val_check_interval(0.5), std::make_shared<lt::DataLoader>(rows, 4))
                 .find("val_check_interval: validation within the epoch needs the epoch's length"),
             std::string::npos);
-  EXPECT_NE(error(lt::TrainerOptions(), stream).find("the validate data is a stream"), std::string::npos);
+  EXPECT_NE(error(lt::TrainerOptions().limit_val_batches(0.25), stream)
+                .find("limit_val_batches: 0.25 is a fraction of the epoch, and this data is a stream"),
+            std::string::npos);
   // A count limit stops the stream there.
   lt::Trainer limited(lt::TrainerOptions().max_epochs(1).limit_train_batches(3).enable_progress_bar(false));
   limited.fit(std::make_shared<Regressor>(), stream);
   EXPECT_EQ(limited.global_step(), 3);
+}
+
+// Validation, test and predict read a stream as a map-style loader of the
+// same rows: the same metrics and predictions, without and with loader
+// workers (each reading every other batch), of unknown and known length;
+// a count limit stops the stream there.
+TEST_F(TrainerTest, StreamsValidateTestAndPredictLikeTheMapStyleLoader) {
+  class Evaluated : public Regressor {
+   public:
+    void test_step(const Batch& batch, int64_t) override {
+      log("test_loss", torch::mse_loss(forward(batch.data), batch.target));
+    }
+    torch::Tensor predict_step(const Batch& batch, int64_t) override { return forward(batch.data); }
+  };
+  const auto rows = regression_data(18);  // 5 batches of 4, the last of 2
+  auto stream = [&](bool known, int64_t workers) {
+    return std::make_shared<lt::DataLoader>(
+        std::make_shared<lt::testing::RowStream>(rows->data(), rows->targets(), known, /*block=*/4),
+        lt::DataLoaderOptions(4).num_workers(workers));
+  };
+  torch::manual_seed(0);
+  auto model = std::make_shared<Evaluated>();
+  lt::Trainer trainer(lt::TrainerOptions().enable_progress_bar(false));
+  const auto val = trainer.validate(model, loader(rows, 4));
+  const auto test = trainer.test(model, loader(rows, 4));
+  const auto predicted = torch::cat(trainer.predict(model, loader(rows, 4)));
+  ASSERT_EQ(predicted.size(0), 18);
+  for (bool known : {false, true}) {
+    for (int64_t workers : {0, 2}) {
+      const std::string where = c10::str("known ", known, ", workers ", workers);
+      EXPECT_DOUBLE_EQ(trainer.validate(model, stream(known, workers)).at("val_loss"), val.at("val_loss")) << where;
+      EXPECT_DOUBLE_EQ(trainer.test(model, stream(known, workers)).at("test_loss"), test.at("test_loss")) << where;
+      EXPECT_TRUE(torch::equal(torch::cat(trainer.predict(model, stream(known, workers))), predicted)) << where;
+    }
+  }
+  // In fit, the sanity check and each epoch's validation run over the stream to its end, or its count limit.
+  auto validations = [&](lt::TrainerOptions options) {
+    auto fresh = std::make_shared<Evaluated>();
+    lt::Trainer fitting(options.max_epochs(2).enable_progress_bar(false));
+    fitting.fit(fresh, loader(rows, 4), stream(false, 2));
+    return fresh->validation_steps;
+  };
+  EXPECT_EQ(validations(lt::TrainerOptions().num_sanity_val_steps(-1)), 5 + 2 * 5);
+  EXPECT_EQ(validations(lt::TrainerOptions().num_sanity_val_steps(2).limit_val_batches(3)), 2 + 2 * 3);
 }
 
 }  // namespace

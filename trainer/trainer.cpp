@@ -100,9 +100,6 @@ std::string Trainer::resolve_ckpt_path(const std::string& ckpt_path, Run& run, b
 }
 
 std::shared_ptr<DataLoader> Trainer::prepare_loader(std::shared_ptr<DataLoader> loader, Stage stage) {
-  LT_CHECK_VALUE(!loader || !loader->is_stream() || stage == Stage::kTrain, "the ", stage_name(stage),
-                 " data is a stream (an IterableDataset): streams are for training so far; evaluate and predict ",
-                 "over an lt::Dataset");
   if (loader) strategy_->process_dataloader(*loader, stage, options_);
   return loader;
 }
@@ -243,11 +240,13 @@ std::map<std::string, double> Trainer::evaluate(const std::shared_ptr<LightningM
            " dataloader is null)");
   auto run = begin(module, stage, ckpt_path);
   prepare_loader(loader, stage);
-  const FractionOrCount& limit = stage == Stage::kTest ? options_.limit_test_batches() : options_.limit_val_batches();
+  const bool test = stage == Stage::kTest;
+  const FractionOrCount& limit = test ? options_.limit_test_batches() : options_.limit_val_batches();
   std::map<std::string, double> metrics;
   try {
     if (const std::string path = resolve_ckpt_path(ckpt_path, *run); !path.empty()) load_weights(*module, path);
-    metrics = evaluation_loop_->run(run->ctx, *loader, stage, limit.apply(loader->size()));
+    metrics = evaluation_loop_->run(run->ctx, *loader, stage,
+                                    loader->limited_size(limit, test ? "limit_test_batches" : "limit_val_batches"));
   } catch (const std::exception& caught) {
     fail(*run, caught);
   }
@@ -295,7 +294,8 @@ std::vector<torch::Tensor> Trainer::predict(const std::shared_ptr<LightningModul
   std::vector<torch::Tensor> out;
   try {
     if (const std::string path = resolve_ckpt_path(ckpt_path, *run); !path.empty()) load_weights(*module, path);
-    out = prediction_loop_->run(run->ctx, *loader, options_.limit_predict_batches().apply(loader->size()));
+    out = prediction_loop_->run(run->ctx, *loader,
+                                loader->limited_size(options_.limit_predict_batches(), "limit_predict_batches"));
   } catch (const std::exception& caught) {
     fail(*run, caught);
   }

@@ -2,6 +2,8 @@
 // with DataLoaderOptions::num_workers 0, 1, 2 and 4. One epoch of lt::Trainer
 // (a 784-256-10 MLP, batch 64, SGD, B batches) on:
 //   io:     every example sleeps --io-us (100 µs) in get(): storage latency, no CPU;
+//   io-stream: the same examples as a stream (lt::IterableDataset), loader
+//           worker w of W reading the batches w, w + W, ... of it;
 //   decode: every example runs --decode-us (about 300 µs) of integer arithmetic
 //           on the CPU, standing in for image decoding;
 //   memory: a TensorDataset (one index_select per batch), 0 workers: the
@@ -18,9 +20,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -76,6 +80,30 @@ class IoBoundDataset : public lt::Dataset {
  private:
   torch::Tensor data_, targets_;
   std::chrono::microseconds latency_;
+};
+
+// IoBoundDataset's examples read in order as a stream: loader worker w of W
+// reads the examples of every W-th batch (skipping the others' examples
+// without their latency), so the loader gives them in the same order.
+class IoBoundStream : public lt::IterableDataset {
+ public:
+  explicit IoBoundStream(std::shared_ptr<IoBoundDataset> examples) : examples_(std::move(examples)) {}
+  std::unique_ptr<lt::ExampleStream> open(int64_t /*epoch*/, const lt::StreamShard& shard) const override {
+    return std::make_unique<Stream>(*examples_, shard);
+  }
+
+ private:
+  struct Stream : lt::ExampleStream {
+    Stream(const IoBoundDataset& examples, const lt::StreamShard& shard) : examples(examples), shard(shard) {}
+    std::optional<lt::Batch> next() override {
+      while (i < examples.size() && (i / kBatch) % shard.num_workers != shard.worker) ++i;
+      return i < examples.size() ? std::optional<lt::Batch>(examples.get(i++)) : std::nullopt;
+    }
+    const IoBoundDataset& examples;
+    lt::StreamShard shard;
+    int64_t i = 0;
+  };
+  std::shared_ptr<IoBoundDataset> examples_;
 };
 
 // Every pixel of an example from `rounds` xorshift steps: CPU-bound work per
@@ -145,7 +173,10 @@ struct Result {
   double epoch_s = 0, wait_s = 0;
 };
 
-Result run_epoch(const std::shared_ptr<lt::Dataset>& dataset, int64_t workers) {
+// A loader of `workers` workers over a dataset.
+using MakeLoader = std::function<std::shared_ptr<lt::DataLoader>(int64_t workers)>;
+
+Result run_epoch(const MakeLoader& make_loader, int64_t workers) {
   auto timing = std::make_shared<DataWait>();
   lt::Trainer trainer(lt::TrainerOptions()
                           .max_epochs(1)
@@ -153,8 +184,7 @@ Result run_epoch(const std::shared_ptr<lt::Dataset>& dataset, int64_t workers) {
                           .num_sanity_val_steps(0)
                           .log_every_n_steps(1000000)
                           .callbacks({timing}));
-  auto options = lt::DataLoaderOptions(kBatch).shuffle(true).num_workers(workers);
-  trainer.fit(std::make_shared<Mlp>(), std::make_shared<lt::DataLoader>(dataset, options));
+  trainer.fit(std::make_shared<Mlp>(), make_loader(workers));
   return {timing->epoch_s, timing->wait_s};
 }
 
@@ -187,13 +217,23 @@ int main(int argc, char** argv) {
   const int64_t n = args.batches * kBatch;
   const int64_t rounds = calibrate_rounds(args.decode_us);
   torch::manual_seed(0);
-  const std::map<std::string, std::shared_ptr<lt::Dataset>> datasets = {
-      {"io", std::make_shared<IoBoundDataset>(n, args.io_us)},
-      {"decode", std::make_shared<DecodeBoundDataset>(n, rounds)},
-      {"memory", std::make_shared<lt::TensorDataset>(torch::rand({n, kPixels}), torch::randint(10, {n}))},
+  auto shuffled = [](std::shared_ptr<lt::Dataset> dataset) -> MakeLoader {
+    return [dataset](int64_t workers) {
+      return std::make_shared<lt::DataLoader>(dataset, lt::DataLoaderOptions(kBatch).shuffle(true).num_workers(workers));
+    };
+  };
+  auto io = std::make_shared<IoBoundDataset>(n, args.io_us);
+  const std::map<std::string, MakeLoader> datasets = {
+      {"io", shuffled(io)},
+      {"io-stream",
+       [stream = std::make_shared<IoBoundStream>(io)](int64_t workers) {
+         return std::make_shared<lt::DataLoader>(stream, lt::DataLoaderOptions(kBatch).num_workers(workers));
+       }},
+      {"decode", shuffled(std::make_shared<DecodeBoundDataset>(n, rounds))},
+      {"memory", shuffled(std::make_shared<lt::TensorDataset>(torch::rand({n, kPixels}), torch::randint(10, {n})))},
   };
   std::vector<Config> configs;
-  for (const char* name : {"io", "decode"}) {
+  for (const char* name : {"io", "io-stream", "decode"}) {
     for (int64_t workers : {0, 1, 2, 4}) configs.push_back({name, workers});
   }
   configs.push_back({"memory", 0});

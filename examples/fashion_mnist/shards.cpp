@@ -6,12 +6,13 @@
 //       rank r getting r + 1 parts of them (2 ranks: a third and two thirds):
 //       DIR/rank<r>-<i>.pt, each a pickled {"images": uint8 [N, 28, 28],
 //       "labels": int64 [N]} (torch.load reads them too).
-//   fashion_mnist_shards train DIR [--devices 2] [--epochs 2] [--accumulate 2]
+//   fashion_mnist_shards train DIR [--devices 2] [--epochs 2] [--accumulate 2] [--workers 2]
 //       each rank streams DIR/rank<its rank>-*.pt only (an lt::IterableDataset
 //       of unknown length: one file in memory at a time, files and rows in a
-//       seeded order per epoch), so ranks run different numbers of batches
-//       per epoch and Join keeps them in step. Prints the accuracy on the
-//       10000 test images (sharded by the strategy, merged exactly).
+//       seeded order per epoch), read by loader worker threads that each take
+//       every other file; ranks run different numbers of batches per epoch
+//       and Join keeps them in step. Prints the accuracy on the 10000 test
+//       images (sharded by the strategy, merged exactly).
 
 #include <algorithm>
 #include <cstdio>
@@ -62,7 +63,8 @@ int write_shards(const fs::path& dir, int64_t ranks) {
 
 // This rank's shard files, read one at a time: each epoch, the files in a
 // seeded order and each file's rows shuffled, normalized as the example's
-// data module does. Its length is not told: the loop finds the end.
+// data module does; loader worker w of W reads the files w, w + W, ... of
+// that order. Its length is not told: the loop finds the end.
 class ShardStream : public lt::IterableDataset {
  public:
   explicit ShardStream(fs::path dir) : dir_(std::move(dir)) {}
@@ -76,9 +78,12 @@ class ShardStream : public lt::IterableDataset {
                    " (write them with: fashion_mnist_shards write ", dir_.string(), ")");
     std::sort(files.begin(), files.end());
     const uint64_t seed = static_cast<uint64_t>(1000 * shard.rank + epoch);
-    std::vector<std::string> ordered;
-    for (int64_t i : lt::seeded_permutation(static_cast<int64_t>(files.size()), seed)) ordered.push_back(files[i]);
-    return std::make_unique<Stream>(std::move(ordered), seed);
+    std::vector<std::string> mine;
+    const std::vector<int64_t> order = lt::seeded_permutation(static_cast<int64_t>(files.size()), seed);
+    for (size_t i = static_cast<size_t>(shard.worker); i < order.size(); i += static_cast<size_t>(shard.num_workers)) {
+      mine.push_back(files[order[i]]);
+    }
+    return std::make_unique<Stream>(std::move(mine), seed + 104729 * static_cast<uint64_t>(shard.worker));
   }
 
  private:
@@ -115,11 +120,12 @@ class ShardStream : public lt::IterableDataset {
 // Training data: this rank's shard stream; test data: the 10000 test images, which the strategy shards.
 class ShardsDataModule : public lt::DataModule {
  public:
-  explicit ShardsDataModule(fs::path dir) : dir_(std::move(dir)) {}
+  ShardsDataModule(fs::path dir, int64_t workers) : dir_(std::move(dir)), workers_(workers) {}
   void setup(lt::Stage stage) override {
     if (stage == lt::Stage::kTrain) {
-      // The strategy tells the stream its rank (StreamShard).
-      train_ = std::make_shared<lt::DataLoader>(std::make_shared<ShardStream>(dir_), lt::DataLoaderOptions(64));
+      // The strategy tells the stream its rank, the loader each worker's number (StreamShard).
+      train_ = std::make_shared<lt::DataLoader>(std::make_shared<ShardStream>(dir_),
+                                                lt::DataLoaderOptions(64).num_workers(workers_));
     } else {
       const lt::FashionMnistSplit test = lt::load_fashion_mnist(lt::kFashionMnistDir, /*train=*/false);
       test_ = std::make_shared<lt::DataLoader>(std::make_shared<lt::TensorDataset>(test.images, test.labels),
@@ -131,10 +137,11 @@ class ShardsDataModule : public lt::DataModule {
 
  private:
   fs::path dir_;
+  int64_t workers_;
   std::shared_ptr<lt::DataLoader> train_, test_;
 };
 
-int train(const fs::path& dir, int64_t devices, int64_t epochs, int64_t accumulate) {
+int train(const fs::path& dir, int64_t devices, int64_t epochs, int64_t accumulate, int64_t workers) {
   auto options = lt::TrainerOptions()
                      .max_epochs(epochs)
                      .accumulate_grad_batches(accumulate)
@@ -144,7 +151,7 @@ int train(const fs::path& dir, int64_t devices, int64_t epochs, int64_t accumula
   lt::Trainer trainer(options);
   torch::manual_seed(0);
   auto model = std::make_shared<lt::examples::MlpClassifier>();
-  auto data = std::make_shared<ShardsDataModule>(dir);
+  auto data = std::make_shared<ShardsDataModule>(dir, workers);
   trainer.fit(model, data);  // a local-spawn supervisor launches the workers here and exits with them
   // Every rank's batch count, and the test accuracy of the trained replicas.
   const torch::Tensor counts =
@@ -163,20 +170,22 @@ int train(const fs::path& dir, int64_t devices, int64_t epochs, int64_t accumula
 
 int main(int argc, char** argv) {
   const std::string usage =
-      "usage: fashion_mnist_shards write DIR [--ranks N] | train DIR [--devices N] [--epochs N] [--accumulate K]\n";
+      "usage: fashion_mnist_shards write DIR [--ranks N] | train DIR [--devices N] [--epochs N] [--accumulate K] "
+      "[--workers W]\n";
   if (argc < 3) {
     std::cerr << usage;
     return 2;
   }
   const std::string command = argv[1];
   const fs::path dir = argv[2];
-  int64_t ranks = 2, devices = 2, epochs = 2, accumulate = 2;
+  int64_t ranks = 2, devices = 2, epochs = 2, accumulate = 2, workers = 2;
   for (int i = 3; i < argc; ++i) {
     auto value = [&]() -> int64_t { return i + 1 < argc ? std::stoll(argv[++i]) : 0; };
     if (!std::strcmp(argv[i], "--ranks")) ranks = value();
     else if (!std::strcmp(argv[i], "--devices")) devices = value();
     else if (!std::strcmp(argv[i], "--epochs")) epochs = value();
     else if (!std::strcmp(argv[i], "--accumulate")) accumulate = value();
+    else if (!std::strcmp(argv[i], "--workers")) workers = value();
     else {
       std::cerr << usage;
       return 2;
@@ -184,7 +193,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (command == "write") return write_shards(dir, ranks);
-    if (command == "train") return train(dir, devices, epochs, accumulate);
+    if (command == "train") return train(dir, devices, epochs, accumulate, workers);
     std::cerr << usage;
     return 2;
   } catch (const lt::ValueError& e) {

@@ -204,7 +204,7 @@ void DDPStrategy::check_features(const FeatureSet& features) {
   // Even shards: no rank runs out of data early, Join changes nothing, and
   // nothing needs refusing (a collective: every rank checks the same counts).
   // Unknown counts (streams) may differ: they are checked as uneven ones.
-  if (uneven_counts(*this, features.train_batches).empty() && features.train_batches >= 0) return;
+  if (uneven_counts(*this, features.train_batches).empty()) return;
   enforce_join_compatibility(features, options_.join_settings(), rank_);
   uneven_join_ = options_.join_enable();
 }

@@ -381,7 +381,9 @@ class OwnShardSampler : public lt::Sampler {
 };
 
 // Rank `rank`'s `num_batches` batches of its own rows; with LT_STREAM=1 read
-// as a stream of unknown length (the matrix then checks streams against the oracle).
+// as a stream of unknown length (the matrix then checks streams against the
+// oracle), by LT_STREAM_WORKERS loader worker threads, each reading every
+// W-th batch of the rows (so the loader gives them in the same order).
 std::shared_ptr<lt::DataLoader> rank_loader(int64_t rank, int64_t num_batches) {
   std::vector<torch::Tensor> xs;
   std::vector<torch::Tensor> ys;
@@ -396,8 +398,9 @@ std::shared_ptr<lt::DataLoader> rank_loader(int64_t rank, int64_t num_batches) {
   auto data = num_batches > 0 ? torch::cat(xs) : torch::zeros({0, kIn}, torch::kDouble);
   auto targets = num_batches > 0 ? torch::cat(ys) : torch::zeros({0, 1}, torch::kDouble);
   if (env_int("LT_STREAM") != 0) {
-    return std::make_shared<lt::DataLoader>(std::make_shared<lt::testing::RowStream>(data, targets),
-                                            lt::DataLoaderOptions(kBatch));
+    return std::make_shared<lt::DataLoader>(
+        std::make_shared<lt::testing::RowStream>(data, targets, /*known=*/false, /*block=*/kBatch),
+        lt::DataLoaderOptions(kBatch).num_workers(env_int("LT_STREAM_WORKERS")));
   }
   auto loader = std::make_shared<lt::DataLoader>(std::make_shared<lt::TensorDataset>(data, targets),
                                                  lt::DataLoaderOptions(kBatch));
@@ -921,10 +924,13 @@ TEST(JoinLockstep, MidEpochCheckpointsResumeExactlyUnderJoinAndPad) {
   std::filesystem::remove_all(dir);
 }
 
+// Read by 3 loader workers: the resumed epoch replays the workers' turns (rank
+// 0's 5 batches are 2, 2 and 1 of its workers') to stand at its batch.
 TEST(JoinLockstep, MidEpochCheckpointsOfStreamsResumeExactlyUnderJoin) {
   const auto dir = std::filesystem::temp_directory_path() / ("lt_mid_resume_stream_" + std::to_string(::getpid()));
-  auto r = run_workers("MidEpochResume", 2,
-                       join_options("", {{"LT_CKPT_DIR", dir.string()}, {"LT_STREAM", "1"}}));
+  auto r = run_workers(
+      "MidEpochResume", 2,
+      join_options("", {{"LT_CKPT_DIR", dir.string()}, {"LT_STREAM", "1"}, {"LT_STREAM_WORKERS", "3"}}));
   EXPECT_TRUE(r.ok()) << r.summary();
   std::filesystem::remove_all(dir);
 }
@@ -1027,13 +1033,14 @@ TEST(JoinMatrix, TwoRanks) { expect_workers_pass("JoinMatrix", 2, std::chrono::s
 TEST(JoinMatrix, ThreeRanks) { expect_workers_pass("JoinMatrix", 3, std::chrono::seconds(120)); }
 
 // The same matrix with every rank's rows read as a stream of unknown length
-// (the window rule found at run time, a rank with no rows among them).
+// (the window rule found at run time, a rank with no rows among them); on
+// three ranks, by two loader workers per rank.
 TEST(JoinMatrix, TwoRanksStreamed) {
   expect_workers_pass("JoinMatrix", 2, std::chrono::seconds(120), {{"LT_STREAM", "1"}});
 }
 
 TEST(JoinMatrix, ThreeRanksStreamed) {
-  expect_workers_pass("JoinMatrix", 3, std::chrono::seconds(120), {{"LT_STREAM", "1"}});
+  expect_workers_pass("JoinMatrix", 3, std::chrono::seconds(120), {{"LT_STREAM", "1"}, {"LT_STREAM_WORKERS", "2"}});
 }
 
 TEST(JoinMatrix, FourRanks) { expect_workers_pass("JoinMatrix", 4, std::chrono::seconds(150)); }

@@ -28,7 +28,7 @@ bool agree_stop(CollectiveWatchdog* watchdog, bool local, const RunState* state,
 // throws naming the counts (collectives: one allgather).
 void check_even_batches(Strategy& strategy, int64_t num_batches, const char* what, const char* fix) {
   const std::string per_rank = uneven_counts(strategy, num_batches);
-  if (per_rank.empty() && num_batches >= 0) return;
+  if (per_rank.empty()) return;
   throw Error(c10::str(what, ": the ranks have different numbers of training batches this epoch (", per_rank,
                        "), so the ranks with more batches would wait forever in DDP's gradient allreduce for the ",
                        "ranks that ran out. ", fix));
