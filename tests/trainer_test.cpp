@@ -2,6 +2,8 @@
 // loop, hook order, step/batch limits, validation cadence, replaceable loops.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -9,6 +11,7 @@
 
 #include <lightning_cpp/callbacks/lambda_callback.h>
 #include <lightning_cpp/callbacks/model_checkpoint.h>
+#include <lightning_cpp/core/blas.h>
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/trainer/checkpoint.h>
 #include <lightning_cpp/trainer/trainer.h>
@@ -587,6 +590,61 @@ TEST_F(TrainerTest, StreamsValidateTestAndPredictLikeTheMapStyleLoader) {
   };
   EXPECT_EQ(validations(lt::TrainerOptions().num_sanity_val_steps(-1)), 5 + 2 * 5);
   EXPECT_EQ(validations(lt::TrainerOptions().num_sanity_val_steps(2).limit_val_batches(3)), 2 + 2 * 3);
+}
+
+// -- the BLAS behind LibTorch ------------------------------------------------------
+
+// Run by Blas.* in a child process (LT_BLAS_CHILD=1) under another libblas.so.3.
+TEST(BlasChild, ConstructsTrainersAndTellsTheBlas) {
+  if (std::getenv("LT_BLAS_CHILD") == nullptr) GTEST_SKIP() << "run by Blas.* in a child process";
+  lt::Trainer first;
+  lt::Trainer second;
+  const lt::BlasInfo info = lt::blas_info();
+  std::printf("blas_info: %s reference=%d openblas=%d\n", info.library.c_str(), info.reference,
+              !info.openblas_config.empty());
+}
+
+// What a process under `libblas_dir`/libblas.so.3 prints (stdout and stderr).
+std::string run_under_blas(const std::filesystem::path& libblas_dir) {
+  const std::string command = "LT_BLAS_CHILD=1 LD_LIBRARY_PATH=" + libblas_dir.string() +
+                              " /proc/" + std::to_string(::getpid()) + "/exe --gtest_filter=BlasChild.* 2>&1";
+  std::string out;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return out;
+  char buffer[4096];
+  for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) out.append(buffer, n);
+  ::pclose(pipe);
+  return out;
+}
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// Under Debian's reference BLAS a Trainer warns, once per process, naming the
+// library and the package to install; under OpenBLAS it says nothing.
+TEST(Blas, TheReferenceBlasIsWarnedAboutOnce) {
+  std::filesystem::path lib;
+  for (const auto& entry : std::filesystem::directory_iterator("/usr/lib")) {
+    if (std::filesystem::exists(entry.path() / "blas" / "libblas.so.3")) lib = entry.path();
+  }
+  if (lib.empty() || !std::filesystem::exists(lib / "openblas-openmp" / "libblas.so.3")) {
+    GTEST_SKIP() << "needs Debian's reference BLAS (libblas3) and OpenBLAS (libopenblas0-openmp) installed";
+  }
+  const std::string reference = run_under_blas(lib / "blas");
+  const std::string warning = "lightning-cpp warning: LibTorch calls the reference BLAS (" +
+                              std::filesystem::canonical(lib / "blas" / "libblas.so.3").string() + ")";
+  EXPECT_EQ(count(reference, warning), 1u) << reference;
+  EXPECT_NE(reference.find("apt-get install libopenblas0-openmp"), std::string::npos) << reference;
+  EXPECT_NE(reference.find("reference=1 openblas=0"), std::string::npos) << reference;
+  const std::string openblas = run_under_blas(lib / "openblas-openmp");
+  EXPECT_EQ(openblas.find("reference BLAS"), std::string::npos) << openblas;
+  EXPECT_NE(openblas.find("blas_info: " + std::filesystem::canonical(lib / "openblas-openmp" / "libblas.so.3")
+                              .string() + " reference=0 openblas=1"),
+            std::string::npos)
+      << openblas;
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <optional>
 
+#include <lightning_cpp/core/blas.h>
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/env.h>
 #include <lightning_cpp/core/rank_zero.h>
@@ -38,6 +39,7 @@ Trainer::Trainer(TrainerOptions options)
       evaluation_loop_(std::make_shared<EvaluationLoop>()),
       prediction_loop_(std::make_shared<PredictionLoop>()) {
   options_.validate();
+  warn_if_reference_blas();
   strategy_ = options_.strategy();
   if (!strategy_) {
     if (const int64_t world_size = external_world_size(); world_size > 1) {
