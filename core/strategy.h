@@ -41,6 +41,12 @@ struct EpochPlan {
   // run the end of that iteration: the step-end hooks after a lockstep step,
   // and validation when the iteration is a validation point.
   std::function<void(int64_t iteration)> joined_iteration_end;
+  // Whether every rank stops after the current iteration: max_steps,
+  // should_stop (set alike on every rank, as callbacks reduce it), or at an
+  // accumulation window's end a stop the ranks agreed on (stop_requested).
+  // The loop breaks on it; a joined rank asks it after each iteration it
+  // shadowed (scheduled Join).
+  std::function<bool(bool window_end)> stops_after;
 };
 
 // RAII guard around one micro-batch (DDP: no_sync on accumulation micro-batches).

@@ -93,8 +93,13 @@ void TrainingEpochLoop::run(LoopContext& ctx, DataLoader& train, DataLoader* val
       run_validation(ctx, *val);
     }
   };
-  auto epoch = ctx.strategy.training_epoch_context(
-      ctx.module, EpochPlan{n, k, start, optimization.joined_step(ctx), iteration_end});
+  std::unique_ptr<TrainingEpochContext> epoch;
+  auto stops_after = [&](bool window_end) {
+    return max_steps_reached(ctx) || ctx.state.should_stop ||
+           (window_end && epoch->stop_requested(interrupt_signal() != 0));
+  };
+  epoch = ctx.strategy.training_epoch_context(
+      ctx.module, EpochPlan{n, k, start, optimization.joined_step(ctx), iteration_end, stops_after});
   length = epoch->epoch_length();
   val_every = val_check_batch(ctx.options, length);
   // A stream's end: no batch `it` (or the count limit): n = it. Asked one
@@ -151,12 +156,10 @@ void TrainingEpochLoop::run(LoopContext& ctx, DataLoader& train, DataLoader* val
     iteration_end(it);
     // Under a strategy that pads, stopping early leaves this rank's
     // remaining iterations to the epoch context (Join shadows them).
-    if (max_steps_reached(ctx) || ctx.state.should_stop) {
-      stopped = true;
-      break;
-    }
-    if (window_end && epoch->stop_requested(interrupt_signal() != 0)) {
-      ctx.state.interrupted_by = interrupt_signal() != 0 ? interrupt_signal() : SIGTERM;
+    if (stops_after(window_end)) {
+      if (!max_steps_reached(ctx) && !ctx.state.should_stop) {
+        ctx.state.interrupted_by = interrupt_signal() != 0 ? interrupt_signal() : SIGTERM;
+      }
       stopped = true;
       break;
     }

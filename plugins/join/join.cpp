@@ -20,8 +20,12 @@ double allreduce_scalar(c10d::ProcessGroup& pg, torch::Device device, float valu
 
 }  // namespace
 
-Join::Join(std::vector<Joinable*> joinables, bool enable, bool throw_on_early_termination)
-    : joinables_(std::move(joinables)), enable_(enable), throw_on_early_termination_(throw_on_early_termination) {
+Join::Join(std::vector<Joinable*> joinables, bool enable, bool throw_on_early_termination,
+           JoinSchedule schedule)
+    : joinables_(std::move(joinables)),
+      enable_(enable),
+      throw_on_early_termination_(throw_on_early_termination),
+      schedule_(std::move(schedule)) {
   LT_INTERNAL_ASSERT(!joinables_.empty(), "Join requires at least one joinable");
   for (Joinable* joinable : joinables_) {
     LT_CHECK(joinable != nullptr, "Join: a joinable is null");
@@ -38,7 +42,8 @@ Join::Join(std::vector<Joinable*> joinables, bool enable, bool throw_on_early_te
   rank_ = process_group_->getRank();
   bool is_first_joinable = true;
   for (Joinable* joinable : joinables_) {
-    joinable->set_join_config(JoinConfig{enable_, throw_on_early_termination_, is_first_joinable});
+    joinable->set_join_config(
+        JoinConfig{enable_, throw_on_early_termination_, is_first_joinable, schedule_ != nullptr});
     is_first_joinable = false;
   }
 }
@@ -64,16 +69,28 @@ void Join::notify_procs_to_terminate() {
 void Join::join() {
   if (!enable_) return;
   static std::atomic<bool> warned{false};  // PyTorch: warnings.simplefilter("once")
+  auto warn_skew = [&] {
+    if (warned.exchange(true)) return;
+    warn("Detected uneven input skew of greater than ", kWarnThreshold, ". This means that rank ", rank_,
+         " has at least ", kWarnThreshold,
+         " fewer inputs than other currently-active ranks. This level of skew could lead to performance "
+         "degradation during training.");
+  };
+  if (schedule_) {
+    int64_t shadowed = 0;
+    for (; schedule_(); ++shadowed) {
+      if (throw_on_early_termination_) throw EarlyTerminationError(c10::str("Rank ", rank_, " exhausted all inputs."));
+      if (shadowed > kWarnThreshold) warn_skew();
+      for (auto& hook : hooks_) hook->main_hook();
+    }
+    for (auto& hook : hooks_) hook->post_hook(/*is_last_joiner=*/shadowed == 0);
+    return;
+  }
   bool all_procs_joined = false;
   bool is_last_joiner = true;
   int64_t i = 0;
   while (!all_procs_joined) {
-    if (i > kWarnThreshold && !warned.exchange(true)) {
-      warn("Detected uneven input skew of greater than ", kWarnThreshold, ". This means that rank ", rank_,
-                 " has at least ", kWarnThreshold,
-                 " fewer inputs than other currently-active ranks. This level of skew could lead to performance "
-                 "degradation during training.");
-    }
+    if (i > kWarnThreshold) warn_skew();
     if (num_nonjoined_procs() == 0) {
       all_procs_joined = true;
     } else {
@@ -88,8 +105,8 @@ void Join::join() {
 
 c10::intrusive_ptr<c10d::Work> Join::notify_join_context(Joinable& joinable) {
   const JoinConfig& config = joinable.join_config();
-  // Only the first joinable communicates for the context.
-  if (!config.is_first_joinable || !config.enable) return {};
+  // Only the first joinable communicates for the context; a scheduled one not at all.
+  if (!config.is_first_joinable || !config.enable || config.scheduled) return {};
   auto process_group = joinable.join_process_group();
   const torch::Device device = joinable.join_device();
   // The heartbeat: not waited here; DDP hands it to its reducer, whose

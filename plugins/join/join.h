@@ -20,8 +20,20 @@
 //   after all joined: every JoinHook's post_hook(is_last_joiner), where
 //                 is_last_joiner is true on the ranks that never ran a main hook.
 // A warning is printed once if a joined rank shadows more than 1000 iterations.
+//
+// Scheduled Join (not in PyTorch): when every rank can tell, without a
+// collective, whether the ranks still training run another iteration (every
+// rank's count is known, and stops are agreed), the heartbeat tells nothing
+// new. Active ranks then send no heartbeat and no check; a joined rank runs
+// the main hooks while the schedule says another iteration runs, then the
+// post hooks (is_last_joiner: it ran no main hook); with
+// throw_on_early_termination a joined rank with iterations to shadow throws
+// in join(), the others where their schedule says the first rank ran out
+// (the Joinable's caller knows the iteration). The same collectives
+// otherwise, in the same order, less two per iteration.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -45,7 +57,12 @@ struct JoinConfig {
   bool enable = false;
   bool throw_on_early_termination = false;
   bool is_first_joinable = false;
+  bool scheduled = false;  // every rank's iteration count is known: no heartbeat
 };
+
+// Scheduled Join: on a joined rank, whether the ranks still training run
+// another iteration.
+using JoinSchedule = std::function<bool()>;
 
 class Joinable {
  public:
@@ -70,7 +87,8 @@ class EarlyTerminationError : public Error {
 class Join {
  public:
   // Like `with Join(joinables, enable, throw_on_early_termination):` entering.
-  Join(std::vector<Joinable*> joinables, bool enable = true, bool throw_on_early_termination = false);
+  Join(std::vector<Joinable*> joinables, bool enable = true, bool throw_on_early_termination = false,
+       JoinSchedule schedule = nullptr);
   // Resets the joinables' configs; issues no collective (an exception
   // propagating through the epoch leaves Join without shadowing, as in PyTorch).
   ~Join();
@@ -94,6 +112,7 @@ class Join {
   std::vector<std::unique_ptr<JoinHook>> hooks_;
   bool enable_;
   bool throw_on_early_termination_;
+  JoinSchedule schedule_;
   c10::intrusive_ptr<c10d::ProcessGroup> process_group_;
   torch::Device device_{torch::kCPU};
   int64_t rank_ = 0;

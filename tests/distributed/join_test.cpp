@@ -17,6 +17,7 @@
 #include <optional>
 #include <sstream>
 
+#include <lightning_cpp/callbacks/lambda_callback.h>
 #include <lightning_cpp/callbacks/early_stopping.h>
 #include <lightning_cpp/callbacks/model_checkpoint.h>
 #include <lightning_cpp/callbacks/timer.h>
@@ -715,6 +716,31 @@ LT_TEST_WORKER(StepFeaturesOnUnevenRanks) {
                     trainer.global_step());
     const torch::Tensor all = strategy->all_gather(model->flat());
     LT_WORKER_CHECK((all[0] == all[1]).all().item<bool>(), "max_steps ", max_steps, ": replicas differ");
+  }
+  // Stops while rank 1 (18 batches of 24) shadows: max_steps 21, and a
+  // should_stop that every rank sets after step 20 (on_after_optimizer_step,
+  // which a joined rank runs too). Every count is known, so Join is
+  // scheduled (no heartbeat): the joined rank must stop shadowing there.
+  for (const bool by_callback : {false, true}) {
+    const std::vector<int64_t> longer = {24, 18};
+    auto model = std::make_shared<JoinNet>();
+    auto stopper = std::make_shared<lt::LambdaCallback>();
+    stopper->on_after_optimizer_step_fn = [](lt::Trainer& trainer, lt::LightningModule&) {
+      if (trainer.global_step() == 20) trainer.set_should_stop(true);
+    };
+    auto options = base_options(strategy, 2).max_epochs(2);
+    if (by_callback) {
+      options.callbacks({stopper});
+    } else {
+      options.max_steps(21);
+    }
+    lt::Trainer trainer(options);
+    trainer.fit(model, rank_loader(rank, longer[rank]));
+    const int64_t want = by_callback ? 20 : 21;
+    LT_WORKER_CHECK(trainer.global_step() == want, "stop while shadowing (callback ", by_callback, "): global_step ",
+                    trainer.global_step(), ", expected ", want);
+    const torch::Tensor all = strategy->all_gather(model->flat());
+    LT_WORKER_CHECK((all[0] == all[1]).all().item<bool>(), "stop while shadowing: replicas differ");
   }
   {
     // PyTorch's Join: the joined rank would not run the Timer's step hook; refused before the first step.

@@ -26,12 +26,17 @@ class DDPJoinHook : public JoinHook {
     // Buckets are rebuilt only once during a training period.
     ddp_.rebuild_buckets();
     ddp_.check_and_sync_module_buffers();
-    torch::Tensor flag;
-    auto work = ddp_.check_global_requires_backward_grad_sync(/*is_joined_rank=*/true, &flag);
-    work->wait();
+    bool should_sync_backwards = false;
+    if (ddp_.join_config().scheduled) {
+      LT_INTERNAL_ASSERT(ddp_.scheduled_join_sync(), "scheduled Join without the iterations' gradient syncs");
+      should_sync_backwards = ddp_.scheduled_join_sync()();
+    } else {
+      torch::Tensor flag;
+      ddp_.check_global_requires_backward_grad_sync(/*is_joined_rank=*/true, &flag)->wait();
+      should_sync_backwards = flag.item<double>() != 0.0;
+    }
     // Where the others run the module's forward and backward (on a group of their own).
     ddp_.shadow_forward();
-    const bool should_sync_backwards = flag.item<double>() != 0.0;
     // Forward parameter sync is off in the next iteration if this one skips
     // gradient sync.
     ddp_.set_require_forward_param_sync(should_sync_backwards);
@@ -171,7 +176,7 @@ void DistributedDataParallel::pre_forward_impl() {
   // Before the forward's allocations, to keep the peak memory down; once.
   if (grad_enabled && rebuild_buckets()) has_rebuilt_buckets_ = true;
   if (will_sync_module_buffers()) sync_buffers();
-  if (join_config().enable) {
+  if (join_config().enable && !join_config().scheduled) {
     // Joined ranks learn from this whether the backward reduces gradients.
     grad_sync_work_ = check_global_requires_backward_grad_sync(/*is_joined_rank=*/false);
   }

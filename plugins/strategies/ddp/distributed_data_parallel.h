@@ -29,9 +29,9 @@
 //        buffers: with Join enabled allreduce(MAX) of (rank) to find the
 //        authoritative rank, then broadcast_coalesced of the buffers from it
 //        (rank 0 without Join).
-//     4. Join enabled: allreduce of ones(1) (zeros(1) under no_sync): tells
-//        joined ranks whether this iteration reduces gradients. Waited in
-//        post_forward.
+//     4. Join enabled (and not scheduled): allreduce of ones(1) (zeros(1)
+//        under no_sync): tells joined ranks whether this iteration reduces
+//        gradients. Waited in post_forward.
 //   the user's forward
 //   post_forward: grad enabled && require_backward_grad_sync:
 //        Reducer::prepare_for_backward(outputs if find_unused_parameters) and
@@ -177,6 +177,11 @@ class DistributedDataParallel : public Joinable {
   // this step (the training loop's optimizer step). Unset: PyTorch's Join.
   void set_join_step(std::function<void()> step) { join_step_ = std::move(step); }
   const std::function<void()>& join_step() const { return join_step_; }
+  // Scheduled Join (join.h): active ranks send no grad-sync flag (4. below);
+  // a joined rank's main_hook asks this whether the iteration it shadows
+  // reduces gradients, as the schedule tells.
+  void set_scheduled_join_sync(std::function<bool()> sync) { scheduled_join_sync_ = std::move(sync); }
+  const std::function<bool()>& scheduled_join_sync() const { return scheduled_join_sync_; }
   // The module's collective layers (core/collective_layer.h) shadowed, for a
   // rank with no micro-batch in an iteration: a joined rank's main_hook calls
   // it after the grad-sync flag (every iteration, synced or not), a padding
@@ -233,6 +238,7 @@ class DistributedDataParallel : public Joinable {
   // The grad-sync flag allreduce of step 4, waited in post_forward.
   c10::intrusive_ptr<c10d::Work> grad_sync_work_;
   std::function<void()> join_step_;
+  std::function<bool()> scheduled_join_sync_;
   std::function<void()> forward_shadow_;
 };
 

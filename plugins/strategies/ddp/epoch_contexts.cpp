@@ -87,6 +87,7 @@ class LoopJoinable : public Joinable {
       : iteration_end_(std::move(iteration_end)), next_iteration_(next_iteration), ddp_(ddp), watchdog_(watchdog) {}
 
   std::unique_ptr<JoinHook> join_hook() override { return std::make_unique<Hook>(*this); }
+  int64_t shadowed() const { return shadowed_; }
   torch::Device join_device() const override { return ddp_.device(); }
   c10::intrusive_ptr<c10d::ProcessGroup> join_process_group() const override { return ddp_.process_group(); }
 
@@ -128,20 +129,41 @@ class DDPJoinEpochContext : public TrainingEpochContext {
     }
     ddp_.set_divide_by_initial_world_size(settings_.divide_by_initial_world_size);
     if (settings_.mode == JoinMode::kLockstep) ddp_.set_join_step(plan.joined_step);
+    JoinSchedule schedule;
     if (settings_.enable && strategy_.world_size() > 1) {
       auto scope = watch(watchdog_, "allgather of the ranks' batch counts (Join epoch start)");
       // A stream of unknown length (-1) on any rank: the epoch's length is unknown.
       const torch::Tensor counts = strategy_.all_gather(torch::tensor({plan.num_batches}, torch::kLong));
-      length_ = counts.min().item<int64_t>() < 0 ? -1 : counts.max().item<int64_t>();
+      const int64_t shortest = counts.min().item<int64_t>();
+      length_ = shortest < 0 ? -1 : counts.max().item<int64_t>();
+      // Every count known, lockstep with the loop's step, gradients divided by
+      // the world size: the schedule says all the heartbeat would (join.h).
+      if (shortest >= 0 && plan.joined_step && plan.stops_after && settings_.mode == JoinMode::kLockstep &&
+          settings_.divide_by_initial_world_size) {
+        scheduled_ = true;
+        all_active_below_ = shortest;
+        first_out_ = join_num_iterations(shortest, plan.accumulate_grad_batches, true);
+        const int64_t longest = join_num_iterations(length_, plan.accumulate_grad_batches, true);
+        schedule = [this, longest] { return !stopped_ && shadowed_iteration() < longest; };
+        ddp_.set_scheduled_join_sync([this] { return window_end(shadowed_iteration()); });
+      }
     }
     std::vector<Joinable*> joinables{&ddp_};
     if (module_.runtime().results != nullptr) {
       logging_ = std::make_unique<LoggingJoinable>(*module_.runtime().results, ddp_.process_group(), ddp_.device());
       joinables.push_back(logging_.get());
     }
-    loop_ = std::make_unique<LoopJoinable>(plan.joined_iteration_end, next_iteration_, ddp_, watchdog_);
+    // Scheduled, a joined rank stops shadowing where the others stop.
+    std::function<void(int64_t)> shadowed_end;
+    if (plan.joined_iteration_end) {
+      shadowed_end = [this](int64_t iteration) {
+        this->plan().joined_iteration_end(iteration);
+        if (scheduled_) stopped_ = this->plan().stops_after(window_end(iteration));
+      };
+    }
+    loop_ = std::make_unique<LoopJoinable>(std::move(shadowed_end), next_iteration_, ddp_, watchdog_);
     joinables.push_back(loop_.get());
-    join_ = std::make_unique<Join>(joinables, settings_.enable, settings_.throw_on_early_termination);
+    join_ = std::make_unique<Join>(joinables, settings_.enable, settings_.throw_on_early_termination, schedule);
   }
 
   ~DDPJoinEpochContext() override {
@@ -150,6 +172,7 @@ class DDPJoinEpochContext : public TrainingEpochContext {
     logging_.reset();
     ddp_.set_divide_by_initial_world_size(true);
     ddp_.set_join_step(nullptr);
+    ddp_.set_scheduled_join_sync(nullptr);
   }
 
   int64_t num_iterations() const override {
@@ -157,10 +180,19 @@ class DDPJoinEpochContext : public TrainingEpochContext {
   }
 
   int64_t epoch_length() const override { return length_; }
+  bool window_end(int64_t iteration) const {
+    return (iteration + 1) % std::max<int64_t>(1, plan().accumulate_grad_batches) == 0;
+  }
+  // The iteration a joined rank shadows next (or now, inside its main hooks).
+  int64_t shadowed_iteration() const { return next_iteration_ + loop_->shadowed(); }
   // An iteration past this rank's data (its count is unknown (-1) until a stream ends).
   bool padding(int64_t iteration) const { return plan().num_batches >= 0 && iteration >= plan().num_batches; }
 
   std::unique_ptr<BatchGuard> batch(int64_t iteration, bool sync_gradients) override {
+    // Scheduled: where the heartbeat would tell that a rank ran out.
+    if (settings_.throw_on_early_termination && first_out_ >= 0 && iteration >= first_out_) {
+      throw EarlyTerminationError("Detected at least one rank that exhausted inputs. Throwing across all ranks.");
+    }
     next_iteration_ = iteration + 1;
     auto guard = std::make_unique<DDPJoinBatchGuard>(ddp_, sync_gradients);
     if (logging_ && settings_.enable) logging_->open();
@@ -178,18 +210,24 @@ class DDPJoinEpochContext : public TrainingEpochContext {
   void end_batch(int64_t iteration) override {
     if (!logging_ || !settings_.enable) return;
     auto scope = watch(watchdog_, "sync_dist logging allreduce (Join)");
-    logging_->flush(padding(iteration));
+    logging_->flush(padding(iteration), /*all_active=*/iteration < all_active_below_);
   }
 
   // A rank may leave at once (Join shadows it); the others learn of the stop
   // from the watchdog thread, and from the store itself after finish().
+  // Scheduled, the ranks agree on the step to stop at, as without Join.
   bool stop_requested(bool local) override {
-    return agree_stop(watchdog_, local, module_.runtime().state, /*lockstep=*/!settings_.enable,
-                      /*sync=*/finished_ || !settings_.enable);
+    return agree_stop(watchdog_, local, module_.runtime().state, /*lockstep=*/!settings_.enable || scheduled_,
+                      /*sync=*/finished_ || !settings_.enable || scheduled_);
   }
 
   void finish() override {
     finished_ = true;
+    // Scheduled: a rank that stopped after its last iteration (max_steps, an
+    // agreed stop) shadows nothing, since the others stop there too.
+    if (scheduled_ && next_iteration_ > plan().first_iteration) {
+      stopped_ = plan().stops_after(window_end(next_iteration_ - 1));
+    }
     {
       auto scope = watch(watchdog_, kJoinShadowingScope);
       join_->join();
@@ -219,6 +257,13 @@ class DDPJoinEpochContext : public TrainingEpochContext {
   int64_t length_ = plan().num_batches;  // the longest rank's num_batches
   int64_t next_iteration_ = plan().first_iteration;  // the iteration this rank runs, or shadows, next
   bool finished_ = false;
+  // Scheduled Join (join.h): iterations below all_active_below_ run on every
+  // rank; first_out_: the first iteration some rank has none of; stopped_:
+  // the ranks stopped (max_steps, should_stop, an agreed stop).
+  bool scheduled_ = false;
+  int64_t all_active_below_ = 0;
+  int64_t first_out_ = -1;
+  bool stopped_ = false;
 };
 
 }  // namespace

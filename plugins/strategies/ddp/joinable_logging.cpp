@@ -1,6 +1,6 @@
 #include <lightning_cpp/plugins/strategies/ddp/joinable_logging.h>
 
-#include <cmath>
+#include <algorithm>
 #include <limits>
 
 namespace lt {
@@ -23,7 +23,7 @@ torch::Tensor allreduce(c10d::ProcessGroup& pg, torch::Tensor t, c10d::ReduceOp:
 class LoggingJoinHook : public JoinHook {
  public:
   explicit LoggingJoinHook(LoggingJoinable& owner) : owner_(owner) {}
-  void main_hook() override { owner_.reduce({}, /*shadowing=*/true); }
+  void main_hook() override { owner_.reduce({}, /*shadowing=*/true, /*all_active=*/false); }
 
  private:
   LoggingJoinable& owner_;
@@ -46,62 +46,71 @@ void LoggingJoinable::defer(ResultCollection::PendingSync pending) {
   pending_.push_back(std::move(pending));
 }
 
-void LoggingJoinable::flush(bool padding) {
+void LoggingJoinable::flush(bool padding, bool all_active) {
   open_ = false;
   std::vector<ResultCollection::PendingSync> pending;
   pending.swap(pending_);
-  const std::vector<double> reduced = reduce(pending, /*shadowing=*/padding && pending.empty());
+  const std::vector<double> reduced = reduce(pending, /*shadowing=*/padding && pending.empty(), all_active);
   for (size_t i = 0; i < pending.size(); ++i) results_.record_synced(pending[i], reduced[i]);
 }
 
 std::vector<double> LoggingJoinable::reduce(const std::vector<ResultCollection::PendingSync>& pending,
-                                            bool shadowing) {
+                                            bool shadowing, bool all_active) {
   constexpr double kInf = std::numeric_limits<double>::infinity();
   const auto dopts = torch::TensorOptions().dtype(torch::kDouble).device(device_);
   std::vector<size_t> sums;
   std::vector<size_t> extremes;
   for (size_t i = 0; i < pending.size(); ++i)
     (is_extreme(pending[i].options.reduce_fx()) ? extremes : sums).push_back(i);
-  const double n = static_cast<double>(sums.size());
-  const double m = static_cast<double>(extremes.size());
-  // A joined rank is neutral in the header: it does not count towards the minimum.
-  torch::Tensor header =
-      shadowing ? torch::tensor({0.0, -kInf, 0.0, -kInf}, dopts) : torch::tensor({n, -n, m, -m}, dopts);
-  header = allreduce(*process_group_, header, c10d::ReduceOp::MAX);
-  const double max_n = header[0].item<double>();
-  const double min_n = -header[1].item<double>();
-  const double max_m = header[2].item<double>();
-  const double min_m = -header[3].item<double>();
-  // min is +inf when every rank was neutral (joined or padding): nothing to reduce.
-  const bool agree = (std::isinf(min_n) || max_n == min_n) && (std::isinf(min_m) || max_m == min_m);
-  LT_CHECK(agree, "log(sync_dist=true) under Join: the active ranks logged different "
-           "numbers of synced values in one micro-batch (sum/mean: ", min_n, " to ", max_n, ", min/max: ", min_m,
-           " to ", max_m, "); every rank must log the same keys in training_step");
+  const auto n = static_cast<int64_t>(sums.size());
+  const auto m = static_cast<int64_t>(extremes.size());
+  LT_CHECK(n < kMaxValues && m < kMaxValues, "log(sync_dist=true) under Join: ", n, " sum/mean and ", m,
+           " min/max values in one micro-batch; at most ", kMaxValues - 1, " of each");
+  // 1. The header: the largest (n, m) of the active ranks.
+  int64_t count = n;
+  int64_t extreme_count = m;
+  if (!all_active) {
+    const double local = shadowing ? -1.0 : static_cast<double>(n * kMaxValues + m);
+    const auto header = static_cast<int64_t>(
+        allreduce(*process_group_, torch::full({1}, local, dopts), c10d::ReduceOp::MAX).item<double>());
+    count = std::max<int64_t>(0, header) / kMaxValues;
+    extreme_count = std::max<int64_t>(0, header) % kMaxValues;
+  }
   std::vector<double> out(pending.size(), 0.0);
-  if (max_n > 0) {
-    const int64_t count = static_cast<int64_t>(max_n);
-    torch::Tensor payload = torch::zeros({2 * count}, dopts);
-    for (size_t j = 0; j < sums.size(); ++j) {
+  if (count + extreme_count == 0) return out;
+  // 2. Sums, and which rank has which value: [v_1..v_N, c_1..c_N, e_1..e_M, active].
+  torch::Tensor payload = torch::zeros({2 * count + extreme_count + 1}, dopts);
+  if (!shadowing) {
+    for (int64_t j = 0; j < n; ++j) {
       payload[j] = pending[sums[j]].value;
       payload[count + j] = 1.0;
     }
-    payload = allreduce(*process_group_, payload, c10d::ReduceOp::SUM);
-    for (size_t j = 0; j < sums.size(); ++j) {
-      const double total = payload[j].item<double>();
-      const double ranks = payload[count + j].item<double>();
-      out[sums[j]] = pending[sums[j]].options.reduce_fx() == ReduceOp::kMean ? total / ranks : total;
-    }
+    for (int64_t j = 0; j < m; ++j) payload[2 * count + j] = 1.0;
+    payload[2 * count + extreme_count] = 1.0;
   }
-  if (max_m > 0) {
-    const int64_t count = static_cast<int64_t>(max_m);
-    torch::Tensor payload = torch::full({count}, -kInf, dopts);
-    for (size_t j = 0; j < extremes.size(); ++j) {
+  payload = allreduce(*process_group_, payload, c10d::ReduceOp::SUM);
+  // The ranks that logged each value are the active ones, or some active rank
+  // logged other values: every rank sees the same sums and throws alike.
+  const torch::Tensor active = payload[2 * count + extreme_count];
+  const bool agree = payload.slice(0, count, 2 * count + extreme_count).eq(active).all().item<bool>();
+  LT_CHECK(agree, "log(sync_dist=true) under Join: the active ranks logged different numbers of synced values in "
+           "one micro-batch (up to ", count, " sum/mean and ", extreme_count, " min/max values); every rank must log "
+           "the same keys in training_step");
+  for (int64_t j = 0; j < n; ++j) {
+    const double total = payload[j].item<double>();
+    const double ranks = payload[count + j].item<double>();
+    out[sums[j]] = pending[sums[j]].options.reduce_fx() == ReduceOp::kMean ? total / ranks : total;
+  }
+  // 3. Minima and maxima.
+  if (extreme_count > 0) {
+    torch::Tensor extreme = torch::full({extreme_count}, -kInf, dopts);
+    for (int64_t j = 0; j < m && !shadowing; ++j) {
       const auto& p = pending[extremes[j]];
-      payload[j] = p.options.reduce_fx() == ReduceOp::kMax ? p.value : -p.value;
+      extreme[j] = p.options.reduce_fx() == ReduceOp::kMax ? p.value : -p.value;
     }
-    payload = allreduce(*process_group_, payload, c10d::ReduceOp::MAX);
-    for (size_t j = 0; j < extremes.size(); ++j) {
-      const double v = payload[j].item<double>();
+    extreme = allreduce(*process_group_, extreme, c10d::ReduceOp::MAX);
+    for (int64_t j = 0; j < m; ++j) {
+      const double v = extreme[j].item<double>();
       out[extremes[j]] = pending[extremes[j]].options.reduce_fx() == ReduceOp::kMax ? v : -v;
     }
   }

@@ -8,16 +8,18 @@
 // shadow the same collectives in its main hook, after DDP's.
 //
 // Per micro-batch, in this order (all on the DDP process group):
-//   1. allreduce MAX of [n, -n, m, -m]: n = values reduced by sum/mean,
-//      m = values reduced by min/max; a joined rank sends [0, -inf, 0, -inf],
-//      so every rank learns the active ranks' counts and whether they agree.
-//   2. if n > 0: allreduce SUM of [v_1 .. v_n, c_1 .. c_n] with c = 1 on an
-//      active rank, all zeros on a joined one. mean = sum(v)/sum(c): the mean
-//      over the active ranks only; sum = sum(v).
-//   3. if m > 0: allreduce MAX of [v or -v]; a joined rank sends -inf.
-// A padding micro-batch (Join's window alignment) is neutral like a joined rank.
-// Active ranks that logged different counts in one micro-batch all throw (so
-// do the joined ranks): the reductions could not be matched.
+//   1. allreduce MAX of one value, n * kMaxValues + m (n = values reduced by
+//      sum/mean, m = by min/max); a joined rank (or a padding micro-batch)
+//      sends -1. Every rank learns the largest (n, m), N and M. (One value:
+//      gloo reduces a one-element tensor in one exchange, a longer one in
+//      several.) Skipped when every rank is known to run this micro-batch
+//      (scheduled Join, before any rank ran out): N, M are this rank's own.
+//   2. if N + M > 0: allreduce SUM of [v_1..v_N, c_1..c_N, e_1..e_M, a]:
+//      a = 1 on an active rank, c_j / e_j = 1 where it has value j; a joined
+//      rank sends zeros. mean = sum(v)/sum(c): over the active ranks only.
+//      Every c and e must sum to a (every active rank logged the same
+//      counts): otherwise every rank throws alike.
+//   3. if M > 0: allreduce MAX of [v or -v]; a joined rank sends -inf.
 // A sync_dist log outside a micro-batch (e.g. in on_train_batch_end) cannot
 // be shadowed by a joined rank and is refused with an error.
 
@@ -38,8 +40,11 @@ class LoggingJoinable : public Joinable, public ResultCollection::DeferredSync {
   void open() { open_ = true; }
   // Reduces the values logged since open() and records them; closes the
   // window. A padding micro-batch (no training_step) takes part like a
-  // joined rank: neutral values, not counted.
-  void flush(bool padding = false);
+  // joined rank: neutral values, not counted. all_active: every rank runs
+  // this micro-batch with the same logging (no header, step 1).
+  void flush(bool padding = false, bool all_active = false);
+
+  static constexpr int64_t kMaxValues = 4096;  // per micro-batch, of each kind
 
   void defer(ResultCollection::PendingSync pending) override;
   std::unique_ptr<JoinHook> join_hook() override;
@@ -50,7 +55,8 @@ class LoggingJoinable : public Joinable, public ResultCollection::DeferredSync {
   friend class LoggingJoinHook;
   // The collectives of one micro-batch (shadowing: a joined rank's, with
   // neutral values). Returns the reduced values in the order of `pending`.
-  std::vector<double> reduce(const std::vector<ResultCollection::PendingSync>& pending, bool shadowing);
+  std::vector<double> reduce(const std::vector<ResultCollection::PendingSync>& pending, bool shadowing,
+                             bool all_active);
 
   ResultCollection& results_;
   c10::intrusive_ptr<c10d::ProcessGroup> process_group_;
