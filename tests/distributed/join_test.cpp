@@ -1046,6 +1046,38 @@ LT_TEST_WORKER(SyncBatchNormUnderJoin) {
   return 0;
 }
 
+// Counts 1, 3, 3: at iteration 2 rank 0 has joined and rank 2 logs a synced
+// value rank 1 does not. The header sizes the reduction by the largest
+// counts, and the per-value counts show the disagreement: every rank,
+// the joined one too, throws the same error (no hang, no gloo abort).
+LT_TEST_WORKER(SyncDistMismatchAfterARankJoined) {
+  const int rank = env_int("RANK");
+  class ExtraLog : public JoinNet {
+   public:
+    torch::Tensor training_step(const lt::Batch& batch, int64_t batch_idx) override {
+      torch::Tensor loss = JoinNet::training_step(batch, batch_idx);
+      if (global_rank() == 2 && batch_idx == 2) log("extra", 1.0, lt::LogOptions().sync_dist(true));
+      return loss;
+    }
+  };
+  const std::vector<int64_t> counts = {1, 3, 3};
+  lt::Trainer trainer(base_options(make_strategy(), 3));
+  std::string error = "<trained>";
+  try {
+    trainer.fit(std::make_shared<ExtraLog>(), rank_loader(rank, counts[rank]));
+  } catch (const lt::Error& e) {
+    error = e.what();
+  }
+  LT_WORKER_CHECK(error.find("log(sync_dist=true) under Join: the active ranks logged different numbers of synced "
+                             "values in one micro-batch (up to 2 sum/mean and 0 min/max values)") != std::string::npos,
+                  "rank ", rank, ": ", error);
+  return 0;
+}
+
+TEST(JoinLogging, ActiveRanksLoggingDifferentSyncedValuesAllThrow) {
+  expect_workers_pass("SyncDistMismatchAfterARankJoined", 3, std::chrono::seconds(60));
+}
+
 TEST(JoinSyncBatchNorm, EqualsOneBatchNormOnTheUnionOnTwoRanks) {
   expect_workers_pass("SyncBatchNormUnderJoin", 2, std::chrono::seconds(90));
 }
