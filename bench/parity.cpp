@@ -58,7 +58,9 @@ double hand_written(const lt::TensorDataset& ds, int64_t batch_size, int64_t ste
   lt::DataLoader loader(std::make_shared<lt::TensorDataset>(ds), lt::DataLoaderOptions(batch_size).shuffle(true));
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < steps; ++i) {
-    auto batch = loader.get(i);
+    const int64_t batch_idx = i % loader.size();
+    if (batch_idx == 0) loader.set_epoch(i / loader.size());  // epochs, as the Trainer's
+    auto batch = loader.get(batch_idx);
     auto loss = torch::cross_entropy_loss(model.forward(batch.data), batch.target);
     loss.backward();
     optimizer.step();

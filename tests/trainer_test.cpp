@@ -400,6 +400,20 @@ TEST_F(TrainerTest, NonFiniteLossStopsNamingTheStep) {
                  "non-finite loss nan at epoch 0, batch 2, global step 2 (trainer.on_nonfinite=error; use skip_step "
                  "to skip such steps)");
   }
+  // Accumulating, the window's losses are checked with its gradients at its
+  // end, in one host sync: the loss of its first micro-batch is named, and
+  // no step is taken on the window's non-finite gradients.
+  auto model = std::make_shared<NanAtBatch>(2);
+  lt::Trainer accumulating(lt::TrainerOptions().max_epochs(1).accumulate_grad_batches(2));
+  try {
+    accumulating.fit(model, loader(regression_data(16), 4));
+    FAIL() << "expected an error";
+  } catch (const lt::Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "non-finite loss nan at epoch 0, batch 2, global step 1 (trainer.on_nonfinite=error; use skip_step "
+                 "to skip such steps)");
+  }
+  for (const auto& p : model->parameters()) EXPECT_TRUE(torch::isfinite(p).all().item<bool>());
 }
 
 TEST_F(TrainerTest, NonFiniteGradientsAreSkippedOnRequest) {

@@ -1,7 +1,10 @@
 #include <lightning_cpp/loops/optimization/automatic.h>
 
+#include <cmath>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <lightning_cpp/core/check.h>
 
@@ -34,12 +37,12 @@ torch::Tensor AutomaticOptimization::run(LoopContext& ctx, const Batch& batch, i
            " (epoch ", ctx.state.current_epoch, ", batch ", batch_idx, "); got ",
            loss.defined() ? c10::str("shape ", loss.sizes()) : std::string("an undefined tensor"),
            ". Return a loss, or call set_automatic_optimization(false)");
-  if (ctx.options.on_nonfinite() == NonFinitePolicy::kError && !torch::isfinite(loss).all().item<bool>()) {
-    throw Error(c10::str("non-finite loss ", loss.item<double>(), " at epoch ", ctx.state.current_epoch, ", batch ",
-                         batch_idx, ", global step ", ctx.state.global_step,
-                         " (trainer.on_nonfinite=error; use skip_step to skip such steps)"));
+  const int64_t k = ctx.options.accumulate_grad_batches();
+  if (ctx.options.on_nonfinite() == NonFinitePolicy::kError) {
+    if (batch_idx % k == 0) window_losses_.clear();  // windows start at multiples of k
+    window_losses_.emplace_back(batch_idx, loss.detach());
   }
-  backward(ctx, loss / static_cast<double>(ctx.options.accumulate_grad_batches()));
+  backward(ctx, k == 1 ? loss : loss / static_cast<double>(k));
   if (window_end) optimizer_step(ctx);
   return loss.detach();
 }
@@ -61,15 +64,18 @@ void AutomaticOptimization::backward(LoopContext& ctx, const torch::Tensor& scal
   ctx.module.on_after_backward();
 }
 
-std::optional<std::string> first_nonfinite_gradient(const torch::nn::Module& module) {
-  // Fast path, one host sync for every gradient: a gradient's sum is finite
-  // when all its elements are (a NaN or an infinity makes it NaN or infinite;
-  // a finite sum that overflows only sends us to the exact scan below).
+bool all_finite(const torch::nn::Module& module, const std::vector<torch::Tensor>& also) {
+  // A sum is finite when all its terms are: a NaN or an infinity makes it
+  // NaN or infinite (a finite sum that overflows is a false alarm).
   std::vector<torch::Tensor> sums;
+  for (const auto& t : also) sums.push_back((t.numel() == 1 ? t.reshape({}) : t.sum()).to(torch::kFloat));
   for (const auto& p : module.parameters(/*recurse=*/true)) {
     if (p.grad().defined()) sums.push_back(p.grad().sum().to(torch::kFloat));
   }
-  if (sums.empty() || torch::isfinite(torch::stack(sums)).all().item<bool>()) return std::nullopt;
+  return sums.empty() || std::isfinite(torch::stack(sums).sum().item<float>());
+}
+
+std::optional<std::string> first_nonfinite_gradient(const torch::nn::Module& module) {
   for (const auto& p : module.named_parameters(/*recurse=*/true)) {
     const auto& grad = p.value().grad();
     if (grad.defined() && !torch::isfinite(grad).all().item<bool>()) return p.key();
@@ -81,7 +87,17 @@ void AutomaticOptimization::optimizer_step(LoopContext& ctx) {
   // A joined rank takes this step too (lockstep Join): its hooks' collectives are matched.
   UnmatchedHooks matched(ctx.state, nullptr);
   auto& optimizer = *ctx.optim->optimizer;
-  if (ctx.options.on_nonfinite() != NonFinitePolicy::kIgnore) {
+  std::vector<std::pair<int64_t, torch::Tensor>> losses;
+  losses.swap(window_losses_);
+  std::vector<torch::Tensor> loss_values;
+  for (const auto& entry : losses) loss_values.push_back(entry.second);
+  if (ctx.options.on_nonfinite() != NonFinitePolicy::kIgnore && !all_finite(ctx.module, loss_values)) {
+    for (const auto& [batch_idx, loss] : losses) {
+      if (torch::isfinite(loss).all().item<bool>()) continue;
+      throw Error(c10::str("non-finite loss ", loss.item<double>(), " at epoch ", ctx.state.current_epoch, ", batch ",
+                           batch_idx, ", global step ", ctx.state.global_step,
+                           " (trainer.on_nonfinite=error; use skip_step to skip such steps)"));
+    }
     if (auto name = first_nonfinite_gradient(ctx.module)) {
       if (ctx.options.on_nonfinite() == NonFinitePolicy::kError) {
         throw Error(c10::str("non-finite gradient in parameter '", *name, "' at epoch ", ctx.state.current_epoch,

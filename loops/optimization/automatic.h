@@ -7,6 +7,8 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -35,10 +37,20 @@ class AutomaticOptimization : public OptimizationLoop {
  protected:
   void backward(LoopContext& ctx, const torch::Tensor& scaled_loss);
   void optimizer_step(LoopContext& ctx);
+
+ private:
+  // on_nonfinite: error checks the window's losses with its gradients, in
+  // one host sync at the window's end: (batch index, loss) of each micro-batch.
+  std::vector<std::pair<int64_t, torch::Tensor>> window_losses_;
 };
 
 // Gradient clipping as Lightning does it (after backward, before the step).
 void clip_gradients(torch::optim::Optimizer& optimizer, double clip_val, GradientClipAlgorithm algorithm);
+
+// Whether every gradient of `module`, and every tensor of `also`, is
+// finite, in one host sync. False may also mean a finite sum overflowed:
+// then first_nonfinite_gradient tells.
+bool all_finite(const torch::nn::Module& module, const std::vector<torch::Tensor>& also = {});
 
 // Name of the first parameter whose gradient has a NaN or an infinity.
 std::optional<std::string> first_nonfinite_gradient(const torch::nn::Module& module);
