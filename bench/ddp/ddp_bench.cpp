@@ -4,6 +4,8 @@
 //   cpp 1 process          plain LibTorch loop, no DDP
 //   cpp ddp raw  N procs   the same loop with lt::DistributedDataParallel (gloo)
 //   cpp ddp trainer N      lt::Trainer with the ddp strategy (everything a user runs)
+//   cpp ddp fp16 N procs   the raw DDP loop with ddp_comm_hook fp16_compress_hook
+//                          (float16 buckets: half the bytes allreduced per step)
 //   python 1 / N procs     the same model and loop in PyTorch 1.13 (ddp_bench.py)
 // and the ratios: C++ DDP / Python DDP, and the scaling efficiency
 // (N-process samples/s) / (N * 1-process samples/s) = DDP steps/s / 1-process steps/s.
@@ -146,11 +148,14 @@ int worker_main(const Args& args) {
   const std::string role = std::getenv("LT_BENCH_ROLE");
   const int64_t rank = std::atoi(std::getenv("RANK")), world = std::atoi(std::getenv("WORLD_SIZE"));
   double sps = 0;
-  if (role == "raw") {
+  if (role == "raw" || role == "raw_fp16") {
     lt::DDPStrategy strategy;
     strategy.setup_environment(lt::TrainerOptions().devices(world));
     auto model = make_mlp();
-    lt::DistributedDataParallel ddp(model.ptr(), strategy.process_group());
+    lt::DistributedDataParallel ddp(
+        model.ptr(), strategy.process_group(),
+        lt::DistributedDataParallelOptions().comm_hook(role == "raw" ? lt::DDPCommHook::kAllreduce
+                                                                     : lt::DDPCommHook::kFp16Compress));
     sps = raw_loop(args, rank, &ddp, model);
   } else {
     sps = trainer_loop(args, rank, world);
@@ -244,6 +249,13 @@ int main(int argc, char** argv) {
   const double cpp_trainer = run_workers(args, "trainer");
   std::printf("  cpp     %d processes, Trainer %8.1f steps/s (rank 0)\n", args.world, cpp_trainer);
   std::fflush(stdout);
+  const double cpp_fp16 = run_workers(args, "raw_fp16");
+  int64_t params = 0;
+  for (const auto& p : model->parameters()) params += p.numel();
+  std::printf("  cpp     %d processes, DDP fp16 %7.1f steps/s (rank 0); bytes allreduced per step: %lld fp32, "
+              "%lld fp16\n",
+              args.world, cpp_fp16, static_cast<long long>(4 * params), static_cast<long long>(2 * params));
+  std::fflush(stdout);
   const auto py = run_python(args);
   const double py_single = py.count(1) ? py.at(1) : 0, py_ddp = py.count(args.world) ? py.at(args.world) : 0;
   std::printf("  python  1 process            %8.1f steps/s\n", py_single);
@@ -253,6 +265,7 @@ int main(int argc, char** argv) {
   std::printf("  cpp DDP / python DDP                  %.2fx   (target >= 1.5x)\n", ratio(cpp_raw, py_ddp));
   std::printf("  cpp Trainer DDP / python DDP          %.2fx\n", ratio(cpp_trainer, py_ddp));
   std::printf("  cpp 1 process / python 1 process      %.2fx\n", ratio(cpp_single, py_single));
+  std::printf("  cpp DDP fp16_compress_hook / fp32     %.2fx\n", ratio(cpp_fp16, cpp_raw));
   std::printf("  scaling efficiency cpp DDP (%d procs)  %.2f    (target >= 0.9)\n", args.world, ratio(cpp_raw, cpp_single));
   std::printf("  scaling efficiency cpp Trainer        %.2f\n", ratio(cpp_trainer, cpp_trainer_single));
   std::printf("  scaling efficiency python             %.2f\n", ratio(py_ddp, py_single));

@@ -24,6 +24,9 @@ DDPStrategy::DDPStrategy(DDPStrategyOptions options) : options_(std::move(option
   LT_CHECK_VALUE(options_.bucket_cap_mb() > 0, "strategy ddp: bucket_cap_mb must be > 0, got ",
                  options_.bucket_cap_mb());
   LT_CHECK_VALUE(options_.launch_timeout().count() >= 0, "strategy ddp: launch_timeout must be >= 0");
+  LT_CHECK_VALUE(options_.ddp_comm_hook() == DDPCommHook::kAllreduce || options_.join_divide_by_initial_world_size(),
+                 "strategy ddp: ddp_comm_hook divides each bucket by the world size, so it cannot average over the ",
+                 "ranks with data (join_divide_by_initial_world_size: false); use one or the other");
 }
 
 DDPStrategy::~DDPStrategy() = default;
@@ -133,7 +136,8 @@ void DDPStrategy::setup(LightningModule& module) {
                                                        .bucket_cap_mb(options_.bucket_cap_mb())
                                                        .find_unused_parameters(options_.find_unused_parameters())
                                                        .gradient_as_bucket_view(options_.gradient_as_bucket_view())
-                                                       .broadcast_buffers(options_.broadcast_buffers()));
+                                                       .broadcast_buffers(options_.broadcast_buffers())
+                                                       .comm_hook(options_.ddp_comm_hook()));
   if (!layers.empty()) {
     ddp_->set_forward_shadow([layers] {
       for (CollectiveLayer* layer : layers) layer->shadow_forward();

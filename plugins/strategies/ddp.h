@@ -56,6 +56,8 @@ struct DDPStrategyOptions {
   TORCH_ARG(bool, find_unused_parameters) = false;
   TORCH_ARG(bool, gradient_as_bucket_view) = false;
   TORCH_ARG(bool, broadcast_buffers) = true;
+  // Lightning's ddp_comm_hook (DDPCommHook): gradient compression.
+  TORCH_ARG(DDPCommHook, ddp_comm_hook) = DDPCommHook::kAllreduce;
   // Local spawn only: kill the workers after this long (0: no limit).
   TORCH_ARG(std::chrono::milliseconds, launch_timeout) = std::chrono::milliseconds(0);
   // Local spawn only: write rank r's stdout+stderr to <dir>/rank<r>.log

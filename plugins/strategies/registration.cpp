@@ -15,8 +15,17 @@ const char* uneven_inputs_name(UnevenInputs u) {
 
 const char* join_mode_name(JoinMode mode) { return mode == JoinMode::kPyTorch ? "pytorch" : "lockstep"; }
 
+// PyTorch's names of its default hooks (torch.distributed.algorithms.ddp_comm_hooks.default_hooks).
+constexpr const char* kCommHookNames[] = {"allreduce_hook", "fp16_compress_hook", "bf16_compress_hook"};
+
 UnevenInputs parse_uneven_inputs(const std::string& name) {
   return name == "pad" ? UnevenInputs::kPad : name == "error" ? UnevenInputs::kError : UnevenInputs::kJoin;
+}
+
+DDPCommHook parse_comm_hook(const std::string& name) {
+  return name == kCommHookNames[1] ? DDPCommHook::kFp16Compress
+         : name == kCommHookNames[2] ? DDPCommHook::kBf16Compress
+                                     : DDPCommHook::kAllreduce;
 }
 
 }  // namespace
@@ -52,6 +61,9 @@ void register_builtin_strategies(Registry& registry) {
           .add_bool("gradient_as_bucket_view", ddp.gradient_as_bucket_view(),
                     "gradients are views into the allreduce buckets")
           .add_bool("broadcast_buffers", ddp.broadcast_buffers(), "broadcast buffers from rank 0 before each forward")
+          .add_string("ddp_comm_hook", kCommHookNames[static_cast<int>(ddp.ddp_comm_hook())],
+                      "how gradient buckets are reduced: fp32, or compressed to float16 / bfloat16 (nccl)",
+                      {kCommHookNames[0], kCommHookNames[1], kCommHookNames[2]})
           .add_float("launch_timeout", seconds(ddp.launch_timeout()),
                      "local spawn: kill the workers after this many seconds (0: never)")
           .add_string("worker_log_dir", std::nullopt, "local spawn: write rank r's output to <dir>/rank<r>.log")
@@ -75,6 +87,7 @@ void register_builtin_strategies(Registry& registry) {
                 .find_unused_parameters(args.get_bool("find_unused_parameters"))
                 .gradient_as_bucket_view(args.get_bool("gradient_as_bucket_view"))
                 .broadcast_buffers(args.get_bool("broadcast_buffers"))
+                .ddp_comm_hook(parse_comm_hook(args.get_string("ddp_comm_hook")))
                 .launch_timeout(ms(args.get_float("launch_timeout")))
                 .worker_log_dir(args.get_optional_string("worker_log_dir").value_or(""))
                 .uneven_inputs(parse_uneven_inputs(args.get_string("uneven_inputs")))

@@ -7,6 +7,7 @@
 // Needs torch/csrc/distributed/autograd/context/context.h, which some
 // LibTorch packages lack: see plugins/strategies/c10d_compat/.
 #include <torch/csrc/distributed/c10d/comm.hpp>
+#include <torch/csrc/distributed/c10d/default_comm_hooks.hpp>  // BuiltinCommHookType
 #include <torch/csrc/distributed/c10d/reducer.hpp>
 
 #include <lightning_cpp/core/check.h>
@@ -58,6 +59,31 @@ class DDPJoinHook : public JoinHook {
 
  private:
   DistributedDataParallel& ddp_;
+};
+
+// PyTorch's bf16_compress_hook, as c10d's FP16CompressCommHook in bfloat16.
+// (A CommHookInterface: CppCommHookInterface's result parser is not exported
+// by LibTorch 1.13.)
+class Bf16CompressHook : public c10d::CommHookInterface {
+ public:
+  explicit Bf16CompressHook(c10::intrusive_ptr<c10d::ProcessGroup> process_group)
+      : process_group_(std::move(process_group)) {}
+  c10::intrusive_ptr<c10::ivalue::Future> runHook(c10d::GradBucket& bucket) override {
+    std::vector<torch::Tensor> compressed{bucket.getBufferRef().to(torch::kBFloat16)};
+    compressed[0].div_(process_group_->getSize());
+    auto future = process_group_->allreduce(compressed)->getFuture();
+    torch::Tensor decompressed = bucket.getBufferRef();
+    return future->then(
+        [decompressed](c10::ivalue::Future& done) mutable {
+          decompressed.copy_(done.value().toTensorVector()[0]);
+          return c10::IValue(decompressed);
+        },
+        future->elementType());
+  }
+  torch::Tensor parseHookResult(const c10::IValue& result) override { return result.toTensor(); }
+
+ private:
+  c10::intrusive_ptr<c10d::ProcessGroup> process_group_;
 };
 
 // The Reducer's checks throw c10::Error, whose what() carries a C++
@@ -132,6 +158,18 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
                                              process_group_, expect_sparse, static_cast<int64_t>(cap),
                                              options_.find_unused_parameters(), options_.gradient_as_bucket_view(),
                                              std::move(param_names), c10d::kDefaultFirstBucketBytes);
+  switch (options_.comm_hook()) {
+    case DDPCommHook::kAllreduce:
+      break;
+    case DDPCommHook::kFp16Compress:
+      reducer_->register_builtin_comm_hook(c10d::BuiltinCommHookType::FP16_COMPRESS);
+      break;
+    case DDPCommHook::kBf16Compress:
+      LT_CHECK_VALUE(process_group_->getBackendName() == "nccl", "ddp_comm_hook: bf16_compress_hook needs the nccl ",
+                     "backend: Gloo (LibTorch 1.13) cannot allreduce bfloat16 tensors; use fp16_compress_hook");
+      reducer_->register_comm_hook(std::make_unique<Bf16CompressHook>(process_group_));
+      break;
+  }
 }
 
 DistributedDataParallel::~DistributedDataParallel() {

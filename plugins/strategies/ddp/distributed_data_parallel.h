@@ -67,6 +67,16 @@ class Reducer;
 
 namespace lt {
 
+// How a gradient bucket is reduced (PyTorch's DDP communication hooks,
+// torch.distributed.algorithms.ddp_comm_hooks.default_hooks; Lightning's
+// ddp_comm_hook): kAllreduce, the Reducer's own (fp32 sum, pre-divided);
+// kFp16Compress, c10d's FP16_COMPRESS (the bucket cast to float16, divided
+// by the world size, allreduced, cast back: half the bytes);
+// kBf16Compress, the same in bfloat16 (NCCL only: Gloo in LibTorch 1.13
+// cannot reduce bfloat16). A joined rank's zero buckets go through the same
+// hook, so Join shadows them alike.
+enum class DDPCommHook { kAllreduce, kFp16Compress, kBf16Compress };
+
 struct DistributedDataParallelOptions {
   // Gradient bucket size after the first iteration (PyTorch's bucket_cap_mb).
   TORCH_ARG(double, bucket_cap_mb) = 25.0;
@@ -80,6 +90,7 @@ struct DistributedDataParallelOptions {
   // Under Join: divide gradients by the initial world size (true) or by the
   // ranks still active (false). PyTorch's join(divide_by_initial_world_size).
   TORCH_ARG(bool, divide_by_initial_world_size) = true;
+  TORCH_ARG(DDPCommHook, comm_hook) = DDPCommHook::kAllreduce;
 };
 
 class DistributedDataParallel : public Joinable {
