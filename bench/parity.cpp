@@ -79,6 +79,20 @@ double with_trainer(const std::shared_ptr<lt::TensorDataset>& ds, int64_t batch_
   return seconds_since(t0);
 }
 
+// This machine's limit for the step's kind of work: sgemm 1024^3 GFLOP/s
+// (torch::mm, the intra-op threads as set), best of 5.
+double sgemm_gflops() {
+  const auto a = torch::randn({1024, 1024}), b = torch::randn({1024, 1024});
+  auto c = torch::empty({1024, 1024});
+  double best = 0;
+  for (int r = 0; r < 5; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 4; ++i) torch::mm_out(c, a, b);
+    best = std::max(best, 4 * 2.0 * 1024 * 1024 * 1024 / seconds_since(t0) / 1e9);
+  }
+  return best;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -107,5 +121,12 @@ int main(int argc, char** argv) {
   std::printf("  hand-written loop : %.3f s (%.1f steps/s)\n", b, steps / b);
   std::printf("  lt::Trainer       : %.3f s (%.1f steps/s)\n", t, steps / t);
   std::printf("  ratio trainer/hand-written = %.4f (target <= 1.03)\n", t / b);
+  // Forward 2*B*(weights) multiply-adds as FLOPs, backward twice that.
+  const double flops_per_step = 3.0 * 2.0 * static_cast<double>(batch_size) * (784 * 256 + 256 * 256 + 256 * 10);
+  const double limit = sgemm_gflops();
+  std::printf("  step: %.1f GFLOP/s hand-written, %.1f Trainer; sgemm here %.1f GFLOP/s (%d threads): %.0f%% and "
+              "%.0f%% of it\n",
+              flops_per_step * steps / b / 1e9, flops_per_step * steps / t / 1e9, limit, torch::get_num_threads(),
+              100.0 * flops_per_step * steps / b / 1e9 / limit, 100.0 * flops_per_step * steps / t / 1e9 / limit);
   return 0;
 }
