@@ -46,7 +46,9 @@ void DDPStrategy::setup_environment(const TrainerOptions& options) {
   environment_ = select_cluster_environment();
   const int64_t expected = options.devices() * options.num_nodes();
   if (!environment_->creates_processes_externally()) {
-    LocalSpawnOptions spawn{options_.launch_timeout(), options_.worker_log_dir()};
+    LocalSpawnOptions spawn;
+    spawn.timeout = options_.launch_timeout();
+    spawn.worker_log_dir = options_.worker_log_dir();
     if (options.num_nodes() > 1) {
       // Lightning's manual multi-node: the same command on every node.
       const auto address = env::get("MASTER_ADDR");
