@@ -61,6 +61,14 @@
 //   highest last joiner; lockstep: the parameters are equal already, it
 //   aligns the buffers), then, in pytorch mode, one allreduce(MAX) of
 //   global_step, so every rank counts the steps of the model it now holds.
+// Scheduled Join (lockstep, every rank's count known at the epoch's start,
+// divide_by_initial_world_size; join.h): 1 sends no heartbeat, no throw
+// check and no grad-sync flag; a joined rank shadows, without the matching
+// allreduces, while the counts (and the stops every rank agrees on:
+// EpochPlan::stops_after) say the others train, its gradient sync from the
+// windows; 3's header is skipped at iterations every rank has a batch of;
+// throw mode throws where the shortest rank runs out. The ranks agree on a
+// signal's stop step through the store at every window end, as no_sync does.
 // With Join disabled (join_enable: false), the context first allgathers the
 // ranks' batch counts and refuses uneven ones with an error on every rank
 // (instead of a hang in the first unmatched gradient allreduce).
