@@ -49,6 +49,11 @@ std::string format_value(double value, bool is_int, const std::string& spec) {
 }  // namespace
 
 ModelCheckpoint::ModelCheckpoint(ModelCheckpointOptions options) : options_(std::move(options)) {
+  for (const std::string* path : {&options_.dirpath(), &options_.filename()}) {
+    LT_CHECK_VALUE(path->find('\0') == std::string::npos, "ModelCheckpoint: ",
+                   path == &options_.dirpath() ? "dirpath" : "filename", " '", path->substr(0, path->find('\0')),
+                   "\\0...' contains a NUL byte");
+  }
   LT_CHECK_VALUE(options_.mode() == "min" || options_.mode() == "max",
                  "ModelCheckpoint: mode must be 'min' or 'max', got '", options_.mode(), "'");
   LT_CHECK_VALUE(options_.save_top_k() >= -1, "ModelCheckpoint: save_top_k must be >= -1, got ",
@@ -224,8 +229,13 @@ void ModelCheckpoint::save_last(Trainer& trainer, const std::map<std::string, do
 
 std::string ModelCheckpoint::unique_path(const std::map<std::string, double>& candidates,
                                          const std::string& replaceable) const {
+  // Bounded: a name the file system maps to one file whatever the version
+  // (a NUL byte in it) would otherwise never find a free one.
+  constexpr int kMaxVersions = 10000;
   std::string path = (fs::path(dirpath_) / format_checkpoint_name(candidates)).string();
   for (int version = 1; fs::exists(path) && path != replaceable; ++version) {
+    LT_CHECK(version <= kMaxVersions, "ModelCheckpoint: no free file name after ", kMaxVersions, " versions of '",
+             path, "' in '", dirpath_, "'");
     path = (fs::path(dirpath_) / format_checkpoint_name(candidates, {}, version)).string();
   }
   return path;

@@ -488,8 +488,16 @@ ConfigNode resolve_config(const ConfigNode& config, const Registry& registry, co
   } else {
     if (!ckpt->is_scalar()) fail(ckpt->source, "ckpt_path", c10::str("expected a path (a string), got ", ckpt->describe()));
     const bool named = ckpt->value == "last" || ckpt->value == "best";
-    if (!named && !fs::is_regular_file(ckpt->value)) {
+    if (!named && !fs::exists(ckpt->value)) {
       fail(ckpt->source, "ckpt_path", c10::str("'", ckpt->value, "' does not exist (or say last or best)"));
+    }
+    // Checked before anything is written: a corrupt file is bad input.
+    if (!named) {
+      try {
+        check_checkpoint_file(ckpt->value);
+      } catch (const ValueError& e) {
+        fail(ckpt->source, "ckpt_path", e.what());
+      }
     }
     out.set("ckpt_path", ConfigNode::scalar(ckpt->value, ckpt->source, true));
   }

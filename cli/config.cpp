@@ -5,6 +5,7 @@
 #include <regex>
 #include <set>
 #include <sstream>
+#include <unordered_map>
 
 #include <yaml-cpp/yaml.h>
 
@@ -97,34 +98,52 @@ ConfigSource at(const std::string& file, const YAML::Mark& mark, const ConfigSou
   return ConfigSource{file, mark.line + 1, {}};
 }
 
+// A config is small: a bound on its nodes, counted as expanded (YAML aliases
+// share nodes that the conversion copies: nested anchors grow exponentially).
+constexpr int64_t kMaxConfigNodes = 100000;
+
+// A NUL byte ends a C string: in a path it names another file than the one
+// written ("out/a\0b" creates "out/a"); no config value needs one.
+void check_no_nul(const std::string& text, const ConfigSource& source, const std::string& path) {
+  LT_CHECK_VALUE(text.find('\0') == std::string::npos, source.str(), ": ", path.empty() ? "a key" : path,
+                 ": a NUL byte (\\0) in '", c10::str(text.substr(0, text.find('\0')), "\\0..."),
+                 "'; config values and keys cannot contain one");
+}
+
 ConfigNode convert(const YAML::Node& node, const std::string& file, const ConfigSource& fallback,
-                   const std::string& path) {
+                   const std::string& path, int64_t& nodes) {
   const ConfigSource source = at(file, node.Mark(), fallback);
+  LT_CHECK_VALUE(++nodes <= kMaxConfigNodes, source.str(), ": ", path.empty() ? "the config" : path,
+                 ": the config expands to more than ", kMaxConfigNodes, " values (YAML aliases of aliases?)");
   switch (node.Type()) {
     case YAML::NodeType::Undefined:
     case YAML::NodeType::Null:
       return ConfigNode::null(source);
     case YAML::NodeType::Scalar:
+      check_no_nul(node.Scalar(), source, path);
       // yaml-cpp tags plain scalars "?" and quoted ones "!".
       return ConfigNode::scalar(node.Scalar(), source, node.Tag() == "!");
     case YAML::NodeType::Sequence: {
       ConfigNode out = ConfigNode::list(source);
       for (const auto& item : node) {
-        out.items.push_back(convert(item, file, source, c10::str(path, "[", out.items.size(), "]")));
+        out.items.push_back(convert(item, file, source, c10::str(path, "[", out.items.size(), "]"), nodes));
       }
       return out;
     }
     case YAML::NodeType::Map: {
       ConfigNode out = ConfigNode::map(source);
+      std::unordered_map<std::string, int> lines;  // key -> its line: duplicates in linear time
       for (const auto& kv : node) {
         const ConfigSource key_source = at(file, kv.first.Mark(), source);
         LT_CHECK_VALUE(kv.first.IsScalar(), key_source.str(), ": only plain keys are supported, got a ",
                        kv.first.IsMap() ? "mapping" : "list", " as a key");
         const std::string key = kv.first.Scalar();
         const std::string key_path = path.empty() ? key : path + "." + key;
-        LT_CHECK_VALUE(out.find(key) == nullptr, key_source.str(), ": ", key_path,
-                       ": duplicate key (also on line ", out.find(key)->key_source.line, ")");
-        ConfigNode value = convert(kv.second, file, key_source, key_path);
+        check_no_nul(key, key_source, path);
+        const auto [seen, inserted] = lines.emplace(key, key_source.line);
+        LT_CHECK_VALUE(inserted, key_source.str(), ": ", key_path, ": duplicate key (also on line ", seen->second,
+                       ")");
+        ConfigNode value = convert(kv.second, file, key_source, key_path, nodes);
         value.key_source = key_source;
         out.entries.emplace_back(key, std::move(value));
       }
@@ -144,7 +163,8 @@ ConfigNode parse_config_text(const std::string& text, const ConfigSource& source
     const std::string where = source.file.empty() ? source.str() : c10::str(source.file, ":", e.mark.line + 1);
     throw ValueError(c10::str(where, ": invalid YAML: ", e.msg));
   }
-  return convert(root, source.file, source, "");
+  int64_t nodes = 0;
+  return convert(root, source.file, source, "", nodes);
 }
 
 ConfigNode load_config_file(const std::string& path) {

@@ -25,6 +25,8 @@ c10::DeviceType TrainerOptions::device_type() const {
 }
 
 void TrainerOptions::validate() const {
+  LT_CHECK_VALUE(default_root_dir_.find('\0') == std::string::npos, "trainer.default_root_dir: '",
+                 default_root_dir_.substr(0, default_root_dir_.find('\0')), "\\0...' contains a NUL byte");
   LT_CHECK_VALUE(max_epochs_ >= -1, "trainer.max_epochs must be >= -1 (-1: unlimited), got ", max_epochs_);
   LT_CHECK_VALUE(max_steps_ >= -1, "trainer.max_steps must be >= -1 (-1: unlimited), got ", max_steps_);
   LT_CHECK_VALUE(accumulate_grad_batches_ >= 1, "trainer.accumulate_grad_batches must be >= 1, got ",

@@ -244,6 +244,40 @@ TEST_F(CliTest, MissingCheckpointFile) {
                       "{f}:3: ckpt_path: 'nowhere.ckpt' does not exist (or say last or best)");
 }
 
+// Hostile configs (issue: hardening): each ends at once with exit 2 and a
+// located message, writing nothing.
+TEST_F(CliTest, AnAliasBombIsRefusedBeforeItExpands) {
+  // 9 levels of 9 aliases: 9^9 values once expanded (yaml-cpp shares them).
+  std::string yaml = "a0: &a0 [x, x, x, x, x, x, x, x, x]\n";
+  for (int level = 1; level < 9; ++level) {
+    yaml += c10::str("a", level, ": &a", level, " [");
+    for (int i = 0; i < 9; ++i) yaml += c10::str(i ? ", " : "", "*a", level - 1);
+    yaml += "]\n";
+  }
+  yaml += "model: TinyNet\ndata: TinyData\n";
+  const std::string path = write("bad.yaml", yaml);
+  const CliResult r = cli({"fit", "--config", path});
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("the config expands to more than 100000 values (YAML aliases of aliases?)"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(listing(), std::vector<std::string>{"bad.yaml"});
+}
+
+TEST_F(CliTest, ANulByteInAValueIsRefused) {
+  expect_config_error("model: TinyNet\ndata: TinyData\ntrainer:\n  default_root_dir: \"out/nul_a\\0_b\"\n",
+                      "{f}:4: trainer.default_root_dir: a NUL byte (\\0) in 'out/nul_a\\0...'; config values and keys "
+                      "cannot contain one");
+}
+
+TEST_F(CliTest, ManyKeysUnderAnUnknownKeyAreRefusedInLinearTime) {
+  std::string yaml = "model: TinyNet\ndata: TinyData\nbogus:\n";
+  for (int i = 0; i < 50000; ++i) yaml += c10::str("  k", i, ": 1\n");
+  const std::string path = write("bad.yaml", yaml);
+  const CliResult r = cli({"fit", "--config", path});
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find(":3: bogus: unknown key"), std::string::npos) << r.err.substr(0, 300);
+}
+
 TEST_F(CliTest, InvalidYaml) {
   const std::string path = write("bad.yaml", "trainer: [1, 2\nmodel: TinyNet\n");
   const CliResult r = cli({"fit", "--config", path});
@@ -330,6 +364,48 @@ TEST_F(CliTest, FitFromYamlWritesLogsConfigAndCheckpoint) {
   const std::string best = (dir_ / "lightning_logs" / "version_2" / "checkpoints" / "epoch=1-step=8.ckpt").string();
   EXPECT_EQ(v.out, cli({"validate", "--config", a, "--ckpt_path", best}).out);
   EXPECT_NE(v.out, cli({"validate", "--config", a}).out) << "the untrained model validates alike";
+}
+
+// A byte flipped inside a record of a good checkpoint: the zip's CRC-32 no
+// longer matches (LibTorch's reader would load it and validate wrong
+// weights). validate and fit refuse it with exit 2 and write nothing.
+TEST_F(CliTest, ACheckpointWithAFlippedByteIsRefused) {
+  const std::string a = write("a.yaml",
+                              "trainer: {max_epochs: 1, enable_progress_bar: false}\nmodel: TinyNet\ndata: TinyData\n"
+                              "callbacks: [{class_path: ModelCheckpoint, init_args: {save_last: true}}]\n");
+  ASSERT_EQ(cli({"fit", "--config", a}).code, 0);
+  const fs::path good = dir_ / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt";
+  std::string bytes;
+  {
+    std::ifstream in(good, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  // The first record's data: after its 30-byte local header, name and extra field.
+  auto le16 = [&](size_t at) { return static_cast<uint8_t>(bytes[at]) | static_cast<uint8_t>(bytes[at + 1]) << 8; };
+  ASSERT_EQ(bytes.compare(0, 4, "PK\x03\x04"), 0);
+  const size_t data = 30 + le16(26) + le16(28);
+  const std::string name = bytes.substr(30, le16(26));
+  bytes[data + 3] = static_cast<char>(bytes[data + 3] ^ 0x5a);
+  const std::string flipped = (dir_ / "flipped.ckpt").string();
+  std::ofstream(flipped, std::ios::binary) << bytes;
+  const auto before = listing();
+  for (const char* command : {"validate", "fit"}) {
+    const CliResult r = cli({command, "--config", a, "--ckpt_path", flipped});
+    EXPECT_EQ(r.code, 2) << command << ": " << r.err;
+    EXPECT_NE(r.err.find("checkpoint '" + flipped + "' is truncated or corrupt (" + std::to_string(bytes.size()) +
+                         " bytes): record '" + name + "' fails its CRC-32 check (stored "),
+              std::string::npos)
+        << command << ": " << r.err;
+  }
+  EXPECT_EQ(listing(), before) << "a refused checkpoint writes nothing";
+  // A folder, or a device, as ckpt_path.
+  fs::create_directory(dir_ / "folder.ckpt");
+  CliResult r = cli({"validate", "--config", a, "--ckpt_path", (dir_ / "folder.ckpt").string()});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("is a directory, not a file"), std::string::npos) << r.err;
+  r = cli({"validate", "--config", a, "--ckpt_path", "/dev/zero"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("checkpoint '/dev/zero' is not a regular file"), std::string::npos) << r.err;
 }
 
 TEST_F(CliTest, PredictWritesPredictions) {

@@ -2,9 +2,12 @@
 
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -68,10 +71,97 @@ void atomic_pickle_save(const c10::IValue& value, const std::string& path) {
   LT_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename '", tmp, "' to '", path, "'");
 }
 
-c10::IValue pickle_load_file(const std::string& path) {
+namespace {
+
+uint16_t le16(const char* p) {
+  return static_cast<uint16_t>(static_cast<uint8_t>(p[0]) | static_cast<uint8_t>(p[1]) << 8);
+}
+
+uint32_t le32(const char* p) { return static_cast<uint32_t>(le16(p)) | static_cast<uint32_t>(le16(p + 2)) << 16; }
+
+constexpr uint32_t kLocalHeader = 0x04034b50, kDirectoryEntry = 0x02014b50, kDirectoryEnd = 0x06054b50;
+
+// What is wrong with the zip archive torch.save / torch::pickle_save write,
+// or "" when its directory holds and every stored record matches its CRC-32
+// (LibTorch 1.13's reader checks neither: a flipped byte loaded silently).
+// Zip64 archives (over 4 GiB) are left to LibTorch's reader.
+std::string zip_problem(const std::vector<char>& bytes) {
+  constexpr size_t kEndSize = 22, kMaxComment = 65535;
+  if (bytes.size() < kEndSize) return "too short for a zip archive";
+  size_t end = bytes.size() - kEndSize;
+  const size_t lowest = end > kMaxComment ? end - kMaxComment : 0;
+  while (le32(&bytes[end]) != kDirectoryEnd) {
+    if (end == lowest) return "no zip directory at its end";
+    --end;
+  }
+  const uint16_t entries = le16(&bytes[end + 10]);
+  const uint32_t directory_size = le32(&bytes[end + 12]);
+  const uint32_t directory = le32(&bytes[end + 16]);
+  if (entries == 0xFFFF || directory == 0xFFFFFFFF || directory_size == 0xFFFFFFFF) return "";
+  if (uint64_t{directory} + directory_size > end) return "its zip directory points past the file's end";
+  size_t at = directory;
+  for (uint16_t e = 0; e < entries; ++e) {
+    if (at + 46 > end || le32(&bytes[at]) != kDirectoryEntry) return "its zip directory is damaged";
+    const uint16_t method = le16(&bytes[at + 10]);
+    const uint32_t crc = le32(&bytes[at + 16]);
+    const uint32_t size = le32(&bytes[at + 20]);
+    const size_t name_size = le16(&bytes[at + 28]);
+    const size_t rest = name_size + le16(&bytes[at + 30]) + le16(&bytes[at + 32]);
+    const uint32_t local = le32(&bytes[at + 42]);
+    if (at + 46 + rest > end) return "its zip directory is damaged";
+    const std::string name(&bytes[at + 46], name_size);
+    if (size == 0xFFFFFFFF || local == 0xFFFFFFFF) return "";
+    if (uint64_t{local} + 30 > bytes.size() || le32(&bytes[local]) != kLocalHeader) {
+      return c10::str("record '", name, "' has no header where the directory says");
+    }
+    const uint64_t data = uint64_t{local} + 30 + le16(&bytes[local + 26]) + le16(&bytes[local + 28]);
+    if (data + size > bytes.size()) return c10::str("record '", name, "' runs past the file's end");
+    if (method == 0) {  // stored, as torch.save writes every record
+      const auto computed = static_cast<uint32_t>(
+          crc32(0, reinterpret_cast<const Bytef*>(bytes.data() + data), static_cast<uInt>(size)));
+      if (computed != crc) {
+        char hex[64];
+        std::snprintf(hex, sizeof hex, "stored %08x, computed %08x", crc, computed);
+        return c10::str("record '", name, "' fails its CRC-32 check (", hex, ")");
+      }
+    }
+    at += 46 + rest;
+  }
+  return "";
+}
+
+}  // namespace
+
+namespace {
+
+// The bytes of checkpoint `path`, checked: a regular file, a zip archive
+// whose directory holds and whose records match their CRC-32.
+std::vector<char> read_checked(const std::string& path) {
+  std::error_code ec;
+  LT_CHECK_VALUE(!std::filesystem::is_directory(path, ec), "checkpoint '", path, "' is a directory, not a file");
   std::ifstream in(path, std::ios::binary);
   LT_CHECK_VALUE(in.good(), "checkpoint '", path, "' does not exist or cannot be read");
+  LT_CHECK_VALUE(std::filesystem::is_regular_file(path, ec), "checkpoint '", path, "' is not a regular file");
+  const auto file_size = std::filesystem::file_size(path, ec);
+  // The header first: a file that is no zip archive is not read whole.
+  char magic[4] = {0, 0, 0, 0};
+  in.read(magic, 4);
+  LT_CHECK_VALUE(in.gcount() == 4 && le32(magic) == kLocalHeader, "checkpoint '", path, "' is truncated or corrupt (",
+                 file_size, " bytes): not a zip archive, as torch.save and lightning-cpp write them");
+  in.seekg(0);
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (const std::string problem = zip_problem(bytes); !problem.empty()) {
+    throw ValueError(c10::str("checkpoint '", path, "' is truncated or corrupt (", bytes.size(), " bytes): ", problem));
+  }
+  return bytes;
+}
+
+}  // namespace
+
+void check_checkpoint_file(const std::string& path) { (void)read_checked(path); }
+
+c10::IValue pickle_load_file(const std::string& path) {
+  const std::vector<char> bytes = read_checked(path);
   try {
     return torch::pickle_load(bytes);
   } catch (const std::exception& e) {

@@ -36,7 +36,12 @@ c10::Dict<std::string, torch::Tensor> state_dict_from(const c10::IValue& loaded,
 
 // Writes `value` to `path` atomically: a temporary file beside it, then rename.
 void atomic_pickle_save(const c10::IValue& value, const std::string& path);
+// Reads what atomic_pickle_save (or torch.save) wrote. A file that is no
+// zip archive, whose zip directory is damaged or one of whose records fails
+// its CRC-32 check (LibTorch's reader checks none of it) is a ValueError
+// naming the record; check_checkpoint_file does the same checks alone.
 c10::IValue pickle_load_file(const std::string& path);
+void check_checkpoint_file(const std::string& path);
 
 // Optimizer state as bytes (LibTorch's archive format) and back.
 torch::Tensor optimizer_to_bytes(torch::optim::Optimizer& optimizer);
