@@ -89,6 +89,13 @@ JoinSupport ModelCheckpoint::join_support(const TrainerOptions& /*options*/) con
 
 void ModelCheckpoint::setup(Trainer& trainer, LightningModule& /*module*/, Stage /*stage*/) {
   if (dirpath_.empty()) dirpath_ = (fs::path(trainer.log_dir()) / "checkpoints").string();
+  if (!trainer.is_global_zero()) return;
+  // What an earlier run's writer left when it was killed mid-save.
+  const std::vector<std::string> removed = remove_stale_temporaries(dirpath_);
+  if (!removed.empty()) {
+    rank_zero_warn("ModelCheckpoint: removed ", removed.size(), " temporary file(s) that checkpoint writers left in '",
+                   dirpath_, "' when they died (e.g. ", fs::path(removed.front()).filename().string(), ")");
+  }
 }
 
 std::map<std::string, double> ModelCheckpoint::monitor_candidates(const Trainer& trainer) const {

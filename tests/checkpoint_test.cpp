@@ -1,8 +1,11 @@
 // Checkpoints: Python reads what C++ writes (names and values), C++ loads a
 // state_dict Python saved, and a fit resumed from a checkpoint ends with the
 // same weights as an uninterrupted one.
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +17,7 @@
 
 #include <lightning_cpp/callbacks/model_checkpoint.h>
 #include <lightning_cpp/core/check.h>
+#include <lightning_cpp/core/rank_zero.h>
 #include <lightning_cpp/loggers/csv.h>
 #include <lightning_cpp/trainer/checkpoint.h>
 #include <lightning_cpp/trainer/trainer.h>
@@ -309,6 +313,91 @@ TEST_F(CheckpointTest, CorruptAndForeignFilesGiveClearErrors) {
   int n = 0;
   for (const auto& e : fs::directory_iterator(dir_)) n += e.path().filename().string().find(".tmp.") != std::string::npos;
   EXPECT_EQ(n, 0);
+}
+
+// -- hostile file systems (hardening) ---------------------------------------------
+
+// A link another user plants at the name the writer used to take
+// (<path>.tmp.<pid>) is never followed: the file it points at keeps its
+// bytes and mode. Checkpoints follow the umask, as every file the run writes.
+TEST_F(CheckpointTest, TemporaryFilesAreCreatedExclusivelyAndFollowTheUmask) {
+  const fs::path victim = dir_ / "victim";
+  std::ofstream(victim) << "secret";
+  fs::permissions(victim, fs::perms::owner_read | fs::perms::owner_write);
+  const std::string path = (dir_ / "last.ckpt").string();
+  fs::create_symlink(victim, path + ".tmp." + std::to_string(::getpid()));
+  const mode_t old_mask = ::umask(077);
+  lt::atomic_pickle_save(c10::IValue(int64_t{7}), path);
+  ::umask(022);
+  lt::atomic_pickle_save(c10::IValue(int64_t{8}), path + "2");
+  ::umask(old_mask);
+  EXPECT_EQ(read_text(victim), "secret");
+  EXPECT_EQ(fs::status(victim).permissions() & fs::perms::all, fs::perms::owner_read | fs::perms::owner_write);
+  EXPECT_EQ(lt::pickle_load_file(path).toInt(), 7);
+  EXPECT_EQ(fs::status(path).permissions() & fs::perms::all, fs::perms::owner_read | fs::perms::owner_write)
+      << "umask 077";
+  EXPECT_EQ(fs::status(path + "2").permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read)
+      << "umask 022";
+}
+
+// Temporary files of writers that died (their pid is gone) are removed when
+// the next run's ModelCheckpoint starts, with a warning; a live writer's and
+// another host's are kept.
+TEST_F(CheckpointTest, StaleTemporaryFilesOfDeadWritersAreRemoved) {
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ::waitpid(child, nullptr, 0);  // a pid no process has now
+  char host[256] = {0};
+  ::gethostname(host, sizeof host - 1);
+  std::string me(host);
+  std::replace(me.begin(), me.end(), '.', '_');
+  const fs::path ckpts = dir_ / "ckpts";
+  fs::create_directories(ckpts);
+  const std::vector<std::string> dead = {"last.ckpt.tmp." + me + "." + std::to_string(child) + ".0123abcd",
+                                         "epoch=0-step=4.ckpt.tmp." + std::to_string(child)};
+  const std::vector<std::string> kept = {"last.ckpt.tmp." + me + "." + std::to_string(::getpid()) + ".00ff",
+                                         "last.ckpt.tmp.otherhost." + std::to_string(child) + ".00ff"};
+  for (const auto& name : dead) std::ofstream(ckpts / name) << "partial";
+  for (const auto& name : kept) std::ofstream(ckpts / name) << "partial";
+  std::vector<std::string> warnings;
+  auto previous = lt::set_warning_handler([&](const std::string& m) { warnings.push_back(m); });
+  auto checkpoint = std::make_shared<lt::ModelCheckpoint>(lt::ModelCheckpointOptions().dirpath(ckpts.string()));
+  lt::Trainer trainer(options(1).callbacks({checkpoint}).enable_progress_bar(false));
+  trainer.fit(std::make_shared<Reference>(), data(false));
+  lt::set_warning_handler(previous);
+  for (const auto& name : dead) EXPECT_FALSE(fs::exists(ckpts / name)) << name;
+  for (const auto& name : kept) EXPECT_TRUE(fs::exists(ckpts / name)) << name;
+  bool warned = false;
+  for (const auto& w : warnings) warned = warned || w.find("removed 2 temporary file(s)") != std::string::npos;
+  EXPECT_TRUE(warned);
+}
+
+// A full disk (a 64 KiB tmpfs): the error names the file and the OS error,
+// the partial file is removed and the previous checkpoint is intact.
+TEST_F(CheckpointTest, AFullDiskIsAClearErrorAndLeavesNothingBehind) {
+  const fs::path mount = dir_ / "small";
+  fs::create_directories(mount);
+  if (std::system(("mount -t tmpfs -o size=64k tmpfs '" + mount.string() + "' 2>/dev/null").c_str()) != 0) {
+    GTEST_SKIP() << "cannot mount a small tmpfs here (needs root)";
+  }
+  const std::string path = (mount / "last.ckpt").string();
+  lt::atomic_pickle_save(c10::IValue(int64_t{1}), path);
+  std::string error;
+  try {
+    lt::atomic_pickle_save(c10::IValue(torch::zeros({64 * 1024})), path);  // 256 KiB
+  } catch (const lt::Error& e) {
+    error = e.what();
+  }
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(mount)) names.push_back(entry.path().filename().string());
+  const bool intact = lt::pickle_load_file(path).toInt() == 1;
+  (void)std::system(("umount '" + mount.string() + "'").c_str());
+  EXPECT_NE(error.find("writing the checkpoint '" + path + ".tmp."), std::string::npos) << error;
+  EXPECT_NE(error.find("No space left on device (removed; '" + path + "' is unchanged)"), std::string::npos) << error;
+  EXPECT_EQ(names, std::vector<std::string>{"last.ckpt"});
+  EXPECT_TRUE(intact);
 }
 
 }  // namespace
