@@ -7,6 +7,7 @@
 #include <regex>
 
 #include <lightning_cpp/core/check.h>
+#include <lightning_cpp/core/files.h>
 #include <lightning_cpp/core/rank_zero.h>
 #include <lightning_cpp/trainer/checkpoint.h>
 #include <lightning_cpp/trainer/trainer.h>

@@ -10,6 +10,7 @@
 
 #include <lightning_cpp/callbacks/model_checkpoint.h>
 #include <lightning_cpp/callbacks/progress_bar.h>
+#include <lightning_cpp/core/files.h>
 #include <lightning_cpp/core/rank_zero.h>
 #include <lightning_cpp/core/registry.h>
 #include <lightning_cpp/loops/fit_loop.h>
@@ -519,7 +520,7 @@ class SaveConfigCallback : public Callback {
   void setup(Trainer& trainer, LightningModule&, Stage stage) override {
     if (stage != Stage::kTrain || !trainer.is_global_zero()) return;
     fs::create_directories(trainer.log_dir());
-    std::ofstream(fs::path(trainer.log_dir()) / "config.yaml") << yaml_;
+    replace_file((fs::path(trainer.log_dir()) / "config.yaml").string(), yaml_);
   }
 
  private:

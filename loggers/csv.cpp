@@ -7,12 +7,15 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include <yaml-cpp/yaml.h>
 
 #include <lightning_cpp/core/check.h>
+#include <lightning_cpp/core/files.h>
 
 namespace lt {
 
@@ -163,8 +166,8 @@ void CSVLogger::log_hyperparams(const HParams& params) {
   out << YAML::BeginMap;
   for (const auto& [k, v] : hparams_) out << YAML::Key << k << YAML::Value << v;
   out << YAML::EndMap;
-  std::ofstream f(fs::path(log_dir()) / kHparamsFile, std::ios::trunc);
-  f << (hparams_.empty() ? std::string("{}") : std::string(out.c_str())) << "\n";
+  replace_file((fs::path(log_dir()) / kHparamsFile).string(),
+               (hparams_.empty() ? std::string("{}") : std::string(out.c_str())) + "\n");
 }
 
 void CSVLogger::write_metrics() {
@@ -180,8 +183,7 @@ void CSVLogger::write_metrics() {
   const fs::path path = fs::path(log_dir()) / kMetricsFile;
   // A new column means a new header: rewrite the file, as Lightning does.
   const bool rewrite = new_keys || !header_written_;
-  std::ofstream f(path, rewrite ? std::ios::trunc : std::ios::app);
-  LT_CHECK(f.good(), "CSVLogger: cannot write '", path.string(), "'");
+  std::ostringstream f;
   if (rewrite) {
     for (size_t i = 0; i < keys_.size(); ++i) f << (i ? "," : "") << csv_field(keys_[i]);
     f << "\n";
@@ -197,6 +199,13 @@ void CSVLogger::write_metrics() {
       }
     }
     f << "\n";
+  }
+  // A failure (a full disk) stops the run naming the file; the rows stay
+  // unwritten, and the file is as it was.
+  if (rewrite) {
+    replace_file(path.string(), f.str());
+  } else {
+    append_file(path.string(), f.str());
   }
   rows_written_ = rows_.size();
 }

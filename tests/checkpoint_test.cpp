@@ -393,10 +393,34 @@ TEST_F(CheckpointTest, AFullDiskIsAClearErrorAndLeavesNothingBehind) {
   std::vector<std::string> names;
   for (const auto& entry : fs::directory_iterator(mount)) names.push_back(entry.path().filename().string());
   const bool intact = lt::pickle_load_file(path).toInt() == 1;
+  // metrics.csv on the full disk: the run stops naming the file, whose rows
+  // so far stay whole (no partial line).
+  std::string logger_error;
+  std::string csv_before, csv_after;
+  {
+    lt::CSVLogger logger(lt::CSVLoggerOptions().save_dir((mount / "logs").string()).flush_logs_every_n_steps(1));
+    logger.log_metrics({{"loss", 0.5}}, 0);
+    csv_before = read_text(fs::path(logger.log_dir()) / "metrics.csv");
+    {  // fill the disk
+      std::ofstream filler(mount / "filler", std::ios::binary);
+      const std::string block(4096, 'x');
+      while (filler.write(block.data(), block.size())) {
+      }
+    }
+    try {
+      for (int64_t step = 1; step < 2000; ++step) logger.log_metrics({{"loss", 0.25}}, step);
+    } catch (const lt::Error& e) {
+      logger_error = e.what();
+    }
+    csv_after = read_text(fs::path(logger.log_dir()) / "metrics.csv");
+  }
   (void)std::system(("umount '" + mount.string() + "'").c_str());
-  EXPECT_NE(error.find("writing the checkpoint '" + path + ".tmp."), std::string::npos) << error;
+  EXPECT_NE(logger_error.find("metrics.csv' failed: No space left on device"), std::string::npos) << logger_error;
+  EXPECT_EQ(csv_after.rfind(csv_before, 0), 0u);
+  EXPECT_EQ(csv_after.back(), '\n') << "a partial line stayed";
+  EXPECT_NE(error.find("writing '" + path + ".tmp."), std::string::npos) << error;
   EXPECT_NE(error.find("No space left on device (removed; '" + path + "' is unchanged)"), std::string::npos) << error;
-  EXPECT_EQ(names, std::vector<std::string>{"last.ckpt"});
+  EXPECT_EQ(names, std::vector<std::string>{"last.ckpt"}) << "before the logger filled the disk";
   EXPECT_TRUE(intact);
 }
 

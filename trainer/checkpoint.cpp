@@ -1,25 +1,19 @@
 #include <lightning_cpp/trainer/checkpoint.h>
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <cstdint>
-#include <cerrno>
-#include <csignal>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <random>
 #include <sstream>
 
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <lightning_cpp/core/check.h>
+#include <lightning_cpp/core/files.h>
 #include <lightning_cpp/trainer/trainer.h>
 
 namespace lt {
@@ -57,78 +51,9 @@ void load_module_state_dict(torch::nn::Module& module, const c10::Dict<std::stri
   }
 }
 
-namespace {
-
-std::string host_name() {
-  char name[256] = {0};
-  if (::gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return "host";
-  std::string out(name);
-  std::replace(out.begin(), out.end(), '.', '_');  // the name's fields are split on dots
-  return out;
-}
-
-}  // namespace
-
 void atomic_pickle_save(const c10::IValue& value, const std::string& path) {
   const std::vector<char> bytes = torch::pickle_save(value);
-  // Beside `path`, created exclusively (never through a link someone planted
-  // at a name they guessed) under a name nobody can guess, mode 0666 less
-  // the umask as every file the run writes; named so that a later run can
-  // tell a dead writer's leftovers (remove_stale_temporaries).
-  static const std::string host = host_name();
-  std::random_device random;
-  std::string tmp;
-  int fd = -1;
-  for (int attempt = 0; fd < 0; ++attempt) {
-    char suffix[32];
-    std::snprintf(suffix, sizeof suffix, "%08x%08x", random(), random());
-    tmp = c10::str(path, kTemporaryMarker, host, ".", ::getpid(), ".", suffix);
-    fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
-    if (fd < 0 && (errno != EEXIST || attempt >= 8)) {
-      throw Error(c10::str("cannot create the checkpoint's temporary file '", tmp, "': ", std::strerror(errno)));
-    }
-  }
-  auto fail = [&](const char* doing) {
-    const int error = errno;
-    if (fd >= 0) ::close(fd);
-    ::unlink(tmp.c_str());
-    throw Error(c10::str(doing, " '", tmp, "' failed: ", std::strerror(error), " (removed; '", path,
-                         "' is unchanged)"));
-  };
-  for (size_t written = 0; written < bytes.size();) {
-    const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) fail("writing the checkpoint");
-    written += static_cast<size_t>(n);
-  }
-  // On disk before the rename exposes it.
-  if (::fsync(fd) != 0) fail("syncing the checkpoint");
-  const int closed = ::close(fd);
-  fd = -1;
-  if (closed != 0) fail("closing the checkpoint");
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail(c10::str("renaming to '", path, "'").c_str());
-}
-
-std::vector<std::string> remove_stale_temporaries(const std::string& dir) {
-  static const std::string host = host_name();
-  std::vector<std::string> removed;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    const size_t at = name.rfind(kTemporaryMarker);
-    if (at == std::string::npos) continue;
-    // <name>.tmp.<host>.<pid>.<random>, or an older <name>.tmp.<pid>: this host's writers only.
-    std::istringstream fields(name.substr(at + std::strlen(kTemporaryMarker)));
-    std::string first, second;
-    std::getline(fields, first, '.');
-    std::getline(fields, second, '.');
-    const std::string pid_text = second.empty() ? first : (first == host ? second : std::string());
-    if (pid_text.empty() || pid_text.find_first_not_of("0123456789") != std::string::npos) continue;
-    const auto pid = static_cast<pid_t>(std::stoll(pid_text));
-    if (pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
-    if (std::filesystem::remove(entry.path(), ec)) removed.push_back(entry.path().string());
-  }
-  return removed;
+  replace_file(path, bytes.data(), bytes.size());
 }
 
 namespace {

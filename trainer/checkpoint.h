@@ -34,16 +34,9 @@ void load_weights(torch::nn::Module& module, const std::string& path, bool stric
 // The {name -> tensor} dict inside `loaded` (a checkpoint or a bare state_dict).
 c10::Dict<std::string, torch::Tensor> state_dict_from(const c10::IValue& loaded, const std::string& path);
 
-// Writes `value` to `path` atomically: a temporary file beside it (created
-// exclusively, not following links, under an unguessable name
-// <path>.tmp.<host>.<pid>.<random>, mode 0666 less the umask), fsync, then
-// rename. A failed write (a full disk) throws naming the file and the OS
-// error, and removes the temporary file.
+// Writes `value` to `path` atomically (core/files.h's replace_file: a
+// failure names the file and the OS error, and leaves `path` as it was).
 void atomic_pickle_save(const c10::IValue& value, const std::string& path);
-constexpr const char* kTemporaryMarker = ".tmp.";
-// Removes the temporary files in `dir` that writers on this host left when
-// they died (kill -9, power loss: their pid is gone); returns their paths.
-std::vector<std::string> remove_stale_temporaries(const std::string& dir);
 // Reads what atomic_pickle_save (or torch.save) wrote. A file that is no
 // zip archive, whose zip directory is damaged or one of whose records fails
 // its CRC-32 check (LibTorch's reader checks none of it) is a ValueError

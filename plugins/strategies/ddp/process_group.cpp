@@ -83,14 +83,7 @@ std::vector<std::string> interface_names() {
 // work without naming an interface.
 std::shared_ptr<::gloo::transport::Device> gloo_device(const ClusterEnvironment& environment) {
   if (auto ifname = env::get("GLOO_SOCKET_IFNAME")) {
-    const std::string first = ifname->substr(0, ifname->find(','));
-    const std::vector<std::string> names = interface_names();
-    std::string listing;
-    for (const auto& name : names) listing += (listing.empty() ? "" : ", ") + name;
-    LT_CHECK_VALUE(std::find(names.begin(), names.end(), first) != names.end(), "GLOO_SOCKET_IFNAME=", *ifname,
-                   ": this host has no interface '", first, "' with an IPv4 address; it has: ", listing,
-                   " (unset it to use the interface that routes to MASTER_ADDR)");
-    return c10d::ProcessGroupGloo::createDeviceForInterface(first);
+    return c10d::ProcessGroupGloo::createDeviceForInterface(ifname->substr(0, ifname->find(',')));
   }
   if (is_loopback(environment.main_address())) {
     return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
@@ -98,6 +91,20 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const ClusterEnvironment&
   const std::string local = local_address_towards(environment.main_address(), environment.main_port());
   if (!local.empty()) return c10d::ProcessGroupGloo::createDeviceForHostname(local);
   return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+// GLOO_SOCKET_IFNAME names an interface of this host: checked on every rank
+// before the rendezvous, so that no rank waits for one that refused it.
+void check_gloo_interface() {
+  const auto ifname = env::get("GLOO_SOCKET_IFNAME");
+  if (!ifname) return;
+  const std::string first = ifname->substr(0, ifname->find(','));
+  const std::vector<std::string> names = interface_names();
+  std::string listing;
+  for (const auto& name : names) listing += (listing.empty() ? "" : ", ") + name;
+  LT_CHECK_VALUE(std::find(names.begin(), names.end(), first) != names.end(), "GLOO_SOCKET_IFNAME=", *ifname,
+                 ": this host has no interface '", first, "' with an IPv4 address; it has: ", listing,
+                 " (unset it to use the interface that routes to MASTER_ADDR)");
 }
 
 // Distinct store prefixes for the process groups one process creates, so a
@@ -150,6 +157,7 @@ std::string resolve_process_group_backend(const std::string& requested, c10::Dev
 DistributedConnection init_process_group(const ClusterEnvironment& environment, const std::string& backend,
                                          std::chrono::milliseconds timeout) {
   const int64_t rank = environment.global_rank(), world_size = environment.world_size();
+  if (backend == "gloo") check_gloo_interface();
   const int index = g_process_group_count.fetch_add(1);
   DistributedConnection out;
   c10::intrusive_ptr<c10d::Store> base;

@@ -1,0 +1,34 @@
+#pragma once
+// Writing the run's files so that a failure is never silent and never
+// leaves a half-written file: checkpoints, metrics.csv, hparams.yaml,
+// config.yaml. A failure (a full disk, a read-only folder) throws lt::Error
+// naming the path and the OS error.
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace lt {
+
+// Replaces `path` with `size` bytes atomically: a temporary file beside it,
+// created exclusively (O_EXCL | O_NOFOLLOW: never through a link someone
+// planted) under an unguessable name <path>.tmp.<host>.<pid>.<random>, with
+// mode 0666 less the umask; written, fsync'ed, renamed over `path`. On a
+// failure the temporary file is removed and `path` is as it was.
+void replace_file(const std::string& path, const char* data, size_t size);
+inline void replace_file(const std::string& path, const std::string& text) {
+  replace_file(path, text.data(), text.size());
+}
+
+// Appends `text` to `path` (created if missing). On a failure the file is
+// cut back to its size before, so no partial line stays.
+void append_file(const std::string& path, const std::string& text);
+
+constexpr const char* kTemporaryMarker = ".tmp.";
+
+// Removes the temporary files in `dir` that replace_file's writers on this
+// host left when they died (kill -9, power loss: their pid is gone); returns
+// their paths.
+std::vector<std::string> remove_stale_temporaries(const std::string& dir);
+
+}  // namespace lt
