@@ -1,5 +1,6 @@
 #include <lightning_cpp/cli/config.h>
 
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <regex>
@@ -168,6 +169,8 @@ ConfigNode parse_config_text(const std::string& text, const ConfigSource& source
 }
 
 ConfigNode load_config_file(const std::string& path) {
+  std::error_code ec;
+  LT_CHECK_VALUE(!std::filesystem::is_directory(path, ec), path, ": is a directory, not a config file");
   std::ifstream in(path);
   LT_CHECK_VALUE(in.good(), path, ": cannot read config file (does it exist?)");
   std::stringstream ss;
@@ -247,7 +250,9 @@ void apply_override(ConfigNode& root, const std::string& dotted_key, const std::
       node->key_source = ks;
     }
     if (node->is_list()) {
-      const bool numeric = !key.empty() && key.find_first_not_of("0123456789") == std::string::npos;
+      // At most 9 digits: no list is longer, and stoul cannot overflow.
+      const bool numeric =
+          !key.empty() && key.size() <= 9 && key.find_first_not_of("0123456789") == std::string::npos;
       LT_CHECK_VALUE(numeric && std::stoul(key) < node->items.size(), source.str(), ": ", path,
                      " is a list of ", node->items.size(), " item(s); '", key, "' is not an index into it");
       node = &node->items[std::stoul(key)];

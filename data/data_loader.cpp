@@ -21,6 +21,9 @@ namespace lt {
 
 namespace {
 
+// Batches of `b` in `n` samples (no overflow for any b: n + b - 1 would).
+int64_t batch_count(int64_t n, int64_t b, bool drop_last) { return n / b + (!drop_last && n % b != 0 ? 1 : 0); }
+
 Batch pinned(const Batch& batch) {
   return batch.map([](const torch::Tensor& t) { return t.pin_memory(); });
 }
@@ -392,7 +395,7 @@ int64_t DataLoader::size() const {
   for (int64_t w = 0; w < std::max<int64_t>(1, options_.num_workers()); ++w) {
     const std::optional<int64_t> length = stream_dataset_->length(worker_shard(w));
     if (!length) return kUnknownSize;
-    batches += options_.drop_last() ? *length / b : (*length + b - 1) / b;
+    batches += batch_count(*length, b, options_.drop_last());
   }
   return batches;
 }
@@ -496,7 +499,7 @@ void DataLoader::set_epoch(int64_t epoch) {
   }
   const std::vector<int64_t> indices = sampler_->indices(epoch);
   const auto n = static_cast<int64_t>(indices.size()), b = options_.batch_size();
-  const int64_t count = options_.drop_last() ? n / b : (n + b - 1) / b;
+  const int64_t count = batch_count(n, b, options_.drop_last());
   for (int64_t i = 0; i < count; ++i) {
     batches_.emplace_back(indices.begin() + i * b, indices.begin() + std::min((i + 1) * b, n));
     num_samples_ += static_cast<int64_t>(batches_.back().size());

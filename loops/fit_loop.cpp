@@ -1,5 +1,6 @@
 #include <lightning_cpp/loops/fit_loop.h>
 
+#include <lightning_cpp/core/rank_zero.h>
 #include <lightning_cpp/core/signals.h>
 
 namespace lt {
@@ -56,6 +57,11 @@ void FitLoop::run(LoopContext& ctx, DataLoader& train, DataLoader* val) {
   }
   ctx.hooks.call(&Callback::on_train_end);
   ctx.module.on_train_end();
+  if (ctx.state.skipped_steps > 0) {
+    rank_zero_warn("on_nonfinite: skip_step: ", ctx.state.skipped_steps, " of ", ctx.state.global_step,
+                   " optimizer steps were skipped for non-finite gradients",
+                   ctx.state.skipped_steps == ctx.state.global_step ? " (every one: the run diverged)" : "");
+  }
 }
 
 }  // namespace lt

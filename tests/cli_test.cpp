@@ -17,6 +17,7 @@
 #include <lightning_cpp/data/fashion_mnist.h>
 #include <lightning_cpp/trainer/trainer.h>
 
+#include "fashion_mnist/fashion_mnist.h"
 #include "fashion_mnist/registration.h"
 #include "support/seeding.h"
 
@@ -278,6 +279,22 @@ TEST_F(CliTest, ManyKeysUnderAnUnknownKeyAreRefusedInLinearTime) {
   EXPECT_NE(r.err.find(":3: bogus: unknown key"), std::string::npos) << r.err.substr(0, 300);
 }
 
+TEST_F(CliTest, AHugeListIndexOnTheCommandLineIsAConfigError) {
+  const std::string path = write("a.yaml", "model: TinyNet\ndata: TinyData\ncallbacks: [{class_path: EarlyStopping}]\n");
+  const CliResult r = cli({"fit", "--config", path, "--callbacks.99999999999999999999999.init_args.monitor=x"});
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("callbacks is a list of 1 item(s); '99999999999999999999999' is not an index into it"),
+            std::string::npos)
+      << r.err;
+}
+
+TEST_F(CliTest, AFolderAsConfigIsAnError) {
+  fs::create_directory(dir_ / "conf");
+  const CliResult r = cli({"fit", "--config", (dir_ / "conf").string()});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "error: " + (dir_ / "conf").string() + ": is a directory, not a config file\n");
+}
+
 TEST_F(CliTest, InvalidYaml) {
   const std::string path = write("bad.yaml", "trainer: [1, 2\nmodel: TinyNet\n");
   const CliResult r = cli({"fit", "--config", path});
@@ -537,6 +554,22 @@ TEST_F(CliTest, FashionMnistConfigsResolve) {
   const CliResult r = cli({"fit", "--config", std::string(LT_SOURCE_DIR) + "/configs/fashion_mnist_mlp.yaml", "--print_config"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("class_path: MlpClassifier"), std::string::npos) << r.out;
+}
+
+// The example's data and model options that were accepted and failed late or
+// silently: val_size -1, and lr 1e-7 written to hparams.yaml as 0.000000.
+TEST_F(CliTest, FashionMnistOptionsAreCheckedAndKeptExactly) {
+  lt::examples::register_fashion_mnist(registry_);
+  const std::string config = std::string(LT_SOURCE_DIR) + "/configs/fashion_mnist_mlp.yaml";
+  const CliResult bad = cli({"fit", "--config", config, "--data.init_args.val_size=-1"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("FashionMnistDataModule: val_size must be in [0, 60000) (images held out of the 60000 "
+                         "training images), got -1"),
+            std::string::npos)
+      << bad.err;
+  EXPECT_EQ(listing(), std::vector<std::string>{});
+  lt::examples::MlpClassifier model(lt::examples::ClassifierOptions().lr(1e-7));
+  EXPECT_EQ(model.hparams().at("lr"), "1e-07");
 }
 
 }  // namespace

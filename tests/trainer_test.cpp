@@ -13,6 +13,7 @@
 #include <lightning_cpp/callbacks/model_checkpoint.h>
 #include <lightning_cpp/core/blas.h>
 #include <lightning_cpp/core/check.h>
+#include <lightning_cpp/core/rank_zero.h>
 #include <lightning_cpp/trainer/checkpoint.h>
 #include <lightning_cpp/trainer/trainer.h>
 
@@ -425,7 +426,20 @@ TEST_F(TrainerTest, NonFiniteGradientsAreSkippedOnRequest) {
   };
   auto model = std::make_shared<NanGrad>();
   lt::Trainer trainer(lt::TrainerOptions().max_epochs(1).on_nonfinite(lt::NonFinitePolicy::kSkipStep));
+  std::vector<std::string> warnings;
+  auto previous = lt::set_warning_handler([&](const std::string& m) { warnings.push_back(m); });
   trainer.fit(model, loader(regression_data(16), 4));
+  lt::set_warning_handler(previous);
+  // A word at the first skip, and the count at the end of fit.
+  std::string said;
+  for (const auto& w : warnings) said += w + "\n";
+  EXPECT_NE(said.find("on_nonfinite: skip_step: skipped the optimizer step at epoch 0, global step 1 (non-finite "
+                      "gradient in parameter 'fc2.bias')"),
+            std::string::npos)
+      << said;
+  EXPECT_NE(said.find("on_nonfinite: skip_step: 1 of 4 optimizer steps were skipped for non-finite gradients\n"),
+            std::string::npos)
+      << said;
   EXPECT_EQ(trainer.state().skipped_steps, 1);
   EXPECT_EQ(trainer.global_step(), 4);
   for (const auto& p : model->parameters()) EXPECT_TRUE(torch::isfinite(p).all().item<bool>());
@@ -659,6 +673,17 @@ TEST(Blas, TheReferenceBlasIsWarnedAboutOnce) {
                               .string() + " reference=0 openblas=1"),
             std::string::npos)
       << openblas;
+}
+
+
+// A batch size near INT64_MAX is one batch (n + b - 1 overflowed to 0 batches).
+TEST(DataLoaderSize, AHugeBatchSizeIsOneBatch) {
+  auto data = regression_data(10);
+  lt::DataLoader loader(data, lt::DataLoaderOptions(std::numeric_limits<int64_t>::max()));
+  EXPECT_EQ(loader.size(), 1);
+  EXPECT_EQ(loader.get(0).data.size(0), 10);
+  lt::DataLoader dropping(data, lt::DataLoaderOptions(std::numeric_limits<int64_t>::max()).drop_last(true));
+  EXPECT_EQ(dropping.size(), 0);
 }
 
 }  // namespace

@@ -65,7 +65,7 @@ MlpClassifier::MlpClassifier(ClassifierOptions options) : ClassifierBase(options
   fc2_ = register_module("fc2", torch::nn::Linear(options.hidden(), options.hidden()));
   fc3_ = register_module("fc3", torch::nn::Linear(options.hidden(), 10));
   hparams()["hidden"] = std::to_string(options.hidden());
-  hparams()["lr"] = std::to_string(options.lr());
+  hparams()["lr"] = c10::str(options.lr());  // 1e-07, where std::to_string wrote 0.000000
 }
 
 torch::Tensor MlpClassifier::forward(torch::Tensor x) {
@@ -81,7 +81,7 @@ CnnClassifier::CnnClassifier(ClassifierOptions options) : ClassifierBase(options
   fc1_ = register_module("fc1", torch::nn::Linear(32 * 7 * 7, options.hidden()));
   fc2_ = register_module("fc2", torch::nn::Linear(options.hidden(), 10));
   hparams()["hidden"] = std::to_string(options.hidden());
-  hparams()["lr"] = std::to_string(options.lr());
+  hparams()["lr"] = c10::str(options.lr());  // 1e-07, where std::to_string wrote 0.000000
 }
 
 torch::Tensor CnnClassifier::forward(torch::Tensor x) {

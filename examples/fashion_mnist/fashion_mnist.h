@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/data_module.h>
 #include <lightning_cpp/core/lightning_module.h>
 #include <lightning_cpp/data/data_loader.h>
@@ -21,7 +22,10 @@ struct FashionMnistDataOptions {
 
 class FashionMnistDataModule : public DataModule {
  public:
-  explicit FashionMnistDataModule(FashionMnistDataOptions options = {}) : options_(std::move(options)) {}
+  explicit FashionMnistDataModule(FashionMnistDataOptions options = {}) : options_(std::move(options)) {
+    LT_CHECK_VALUE(options_.val_size() >= 0 && options_.val_size() < 60000, "FashionMnistDataModule: val_size must be ",
+                   "in [0, 60000) (images held out of the 60000 training images), got ", options_.val_size());
+  }
   void setup(Stage stage) override;
   std::shared_ptr<DataLoader> train_dataloader() override;
   std::shared_ptr<DataLoader> val_dataloader() override;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <lightning_cpp/core/check.h>
+#include <lightning_cpp/core/rank_zero.h>
 
 namespace lt {
 
@@ -105,7 +106,11 @@ void AutomaticOptimization::optimizer_step(LoopContext& ctx) {
                              " (trainer.on_nonfinite=error; use skip_step to skip such steps)"));
       }
       optimizer.zero_grad();
-      ++ctx.state.skipped_steps;
+      if (++ctx.state.skipped_steps == 1) {
+        rank_zero_warn("on_nonfinite: skip_step: skipped the optimizer step at epoch ", ctx.state.current_epoch,
+                       ", global step ", ctx.state.global_step, " (non-finite gradient in parameter '", *name,
+                       "'); the number of skipped steps is reported at the end of fit");
+      }
       ++ctx.state.global_step;  // the window is consumed on every rank alike
       return;
     }
