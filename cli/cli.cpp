@@ -715,6 +715,11 @@ int run(const std::vector<std::string>& args, Registry& registry, std::ostream& 
 
   for (const Sub& s : subs) {
     if (!s.app->parsed()) continue;
+    // Exit 2 says nothing happened: an input error found after the run wrote
+    // a file (a monitored key never logged, found at the first checkpoint)
+    // is a failure of the run (1), with the same message.
+    const int64_t written_before = files_written();
+    const auto input_error = [&] { return files_written() == written_before ? kExitConfigError : kExitFailure; };
     try {
       return execute(s.app->get_name(), s.configs, s.app->remaining(), s.plugins, s.print_config, registry, out);
     } catch (const JoinCompatibilityError& e) {
@@ -725,10 +730,10 @@ int run(const std::vector<std::string>& args, Registry& registry, std::ostream& 
         err << "error: rank " << rank_zero_env_rank() << ": the run was refused before the first step (rank 0 "
             << "printed why)\n";
       }
-      return kExitConfigError;
+      return input_error();
     } catch (const ValueError& e) {
       err << "error: " << e.what() << "\n";
-      return kExitConfigError;
+      return input_error();
     } catch (const std::exception& e) {
       err << "error: " << error_message(e) << "\n";
       return kExitFailure;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -26,6 +27,8 @@ std::string host_name() {
   std::replace(out.begin(), out.end(), '.', '_');  // the name's fields are split on dots
   return out;
 }
+
+std::atomic<int64_t> g_files_written{0};
 
 // Writes all `size` bytes; false on an error (errno tells).
 bool write_all(int fd, const char* data, size_t size) {
@@ -72,6 +75,7 @@ void replace_file(const std::string& path, const char* data, size_t size) {
   fd = -1;
   if (closed != 0) fail("closing");
   if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("renaming");
+  ++g_files_written;
 }
 
 std::vector<std::string> remove_stale_temporaries(const std::string& dir) {
@@ -111,6 +115,9 @@ void append_file(const std::string& path, const std::string& text) {
                          sized ? " (cut back to its size before)" : ""));
   }
   if (::close(fd) != 0) throw Error(c10::str("closing '", path, "' failed: ", std::strerror(errno)));
+  ++g_files_written;
 }
+
+int64_t files_written() { return g_files_written.load(); }
 
 }  // namespace lt

@@ -5,6 +5,7 @@
 // naming the path and the OS error.
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,11 @@ inline void replace_file(const std::string& path, const std::string& text) {
 // Appends `text` to `path` (created if missing). On a failure the file is
 // cut back to its size before, so no partial line stays.
 void append_file(const std::string& path, const std::string& text);
+
+// How many files replace_file and append_file wrote in this process: the
+// CLI tells "nothing happened, fix your input" (exit 2) from an error after
+// the run wrote something (exit 1).
+int64_t files_written();
 
 constexpr const char* kTemporaryMarker = ".tmp.";
 

@@ -295,6 +295,20 @@ TEST_F(CliTest, AFolderAsConfigIsAnError) {
   EXPECT_EQ(r.err, "error: " + (dir_ / "conf").string() + ": is a directory, not a config file\n");
 }
 
+// An input error found after the run wrote files is no longer "nothing
+// happened" (exit 2): a monitored key never logged is found at the first
+// checkpoint, after config.yaml and metrics.csv.
+TEST_F(CliTest, AnInputErrorAfterFilesWereWrittenExitsOne) {
+  const std::string a = write("a.yaml",
+                              "trainer: {max_epochs: 1, enable_progress_bar: false}\nmodel: TinyNet\ndata: TinyData\n"
+                              "callbacks: [{class_path: ModelCheckpoint, init_args: {monitor: nope}}]\n");
+  const CliResult r = cli({"fit", "--config", a});
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("ModelCheckpoint(monitor='nope') could not find the monitored key"), std::string::npos)
+      << r.err;
+  EXPECT_TRUE(fs::exists(dir_ / "lightning_logs" / "version_0" / "config.yaml"));
+}
+
 TEST_F(CliTest, InvalidYaml) {
   const std::string path = write("bad.yaml", "trainer: [1, 2\nmodel: TinyNet\n");
   const CliResult r = cli({"fit", "--config", path});
