@@ -4,9 +4,11 @@
 // exception type, or a hang.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <sstream>
 
@@ -14,6 +16,7 @@
 #include <lightning_cpp/cli/register_builtins.h>
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/registry.h>
+#include <lightning_cpp/trainer/checkpoint.h>
 
 #include "fashion_mnist/registration.h"
 
@@ -101,6 +104,64 @@ TEST(ConfigFuzz, EveryInputLoadsOrFailsWithACleanError) {
               rejected);
   EXPECT_GT(rejected, 0);
   EXPECT_GT(accepted, 0);
+}
+
+// The checkpoint reader on mutated checkpoints (bytes flipped, cut, inserted
+// or zeroed, in the zip headers, the directory, the pickle and the tensor
+// records): every input loads or fails with lt::ValueError; none crashes.
+TEST(CheckpointFuzz, EveryMutatedCheckpointLoadsOrFailsWithACleanError) {
+  char tmpl[] = "/tmp/lt_ckpt_fuzz_XXXXXX";
+  const std::string dir = ::mkdtemp(tmpl);
+  const std::string good = dir + "/good.ckpt";
+  lt::StateDict ckpt = lt::new_state_dict();
+  ckpt.insert("epoch", int64_t{3});
+  ckpt.insert("weights", torch::arange(64, torch::kFloat).reshape({8, 8}));
+  ckpt.insert("bias", torch::ones({8}));
+  lt::atomic_pickle_save(ckpt, good);
+  std::string original;
+  {
+    std::ifstream in(good, std::ios::binary);
+    original.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  std::mt19937 rng(20261203);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  const std::string path = dir + "/mutated.ckpt";
+  int loaded = 0, rejected = 0, iterations = 0;
+  for (; iterations < 3000 && std::chrono::steady_clock::now() < deadline; ++iterations) {
+    std::string bytes = original;
+    for (int m = 0, n = 1 + static_cast<int>(rng() % 3); m < n && !bytes.empty(); ++m) {
+      const size_t at = rng() % bytes.size();
+      switch (rng() % 4) {
+        case 0:
+          bytes[at] = static_cast<char>(bytes[at] ^ (1 + rng() % 255));
+          break;
+        case 1:
+          bytes.resize(at);
+          break;
+        case 2:
+          bytes.insert(at, std::string(1 + rng() % 8, static_cast<char>(rng())));
+          break;
+        default:
+          std::fill(bytes.begin() + static_cast<std::ptrdiff_t>(at),
+                    bytes.begin() + static_cast<std::ptrdiff_t>(std::min(bytes.size(), at + 1 + rng() % 16)), '\0');
+      }
+    }
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+    try {
+      (void)lt::pickle_load_file(path);
+      ++loaded;
+    } catch (const lt::ValueError& e) {
+      ASSERT_NE(std::string(e.what()).find("checkpoint '" + path + "' is truncated or corrupt"), std::string::npos)
+          << e.what();
+      ++rejected;
+    } catch (const std::exception& e) {
+      FAIL() << "not a clean error (" << typeid(e).name() << "): " << e.what();
+    }
+  }
+  std::printf("checkpoint fuzz: %d inputs, %d loaded, %d rejected with lt::ValueError\n", iterations, loaded,
+              rejected);
+  std::filesystem::remove_all(dir);
+  EXPECT_GT(rejected, iterations / 2);
 }
 
 }  // namespace
