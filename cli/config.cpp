@@ -162,7 +162,9 @@ ConfigNode parse_config_text(const std::string& text, const ConfigSource& source
     root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
     const std::string where = source.file.empty() ? source.str() : c10::str(source.file, ":", e.mark.line + 1);
-    throw ValueError(c10::str(where, ": invalid YAML: ", e.msg));
+    // yaml-cpp says "bad file" when its depth guard trips.
+    const std::string what = e.msg == "bad file" ? "nested more than 500 levels deep (a config needs a few)" : e.msg;
+    throw ValueError(c10::str(where, ": invalid YAML: ", what));
   }
   int64_t nodes = 0;
   return convert(root, source.file, source, "", nodes);

@@ -309,6 +309,14 @@ TEST_F(CliTest, AnInputErrorAfterFilesWereWrittenExitsOne) {
   EXPECT_TRUE(fs::exists(dir_ / "lightning_logs" / "version_0" / "config.yaml"));
 }
 
+TEST_F(CliTest, DeepNestingIsNamed) {
+  const std::string path =
+      write("bad.yaml", "model: TinyNet\ndata: TinyData\nx: " + std::string(600, '[') + std::string(600, ']') + "\n");
+  const CliResult r = cli({"fit", "--config", path});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "error: " + path + ":3: invalid YAML: nested more than 500 levels deep (a config needs a few)\n");
+}
+
 TEST_F(CliTest, InvalidYaml) {
   const std::string path = write("bad.yaml", "trainer: [1, 2\nmodel: TinyNet\n");
   const CliResult r = cli({"fit", "--config", path});

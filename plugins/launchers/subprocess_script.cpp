@@ -201,6 +201,13 @@ void supervise_local_spawn(int64_t num_processes, const LocalSpawnOptions& optio
   const bool one_node = options.num_nodes == 1;
   const int port = one_node ? find_free_port() : options.main_port;
   const std::vector<std::string> argv = self_argv();
+  // Before the store's directory, so that a bad one leaves nothing behind.
+  if (!options.worker_log_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(options.worker_log_dir, ec);
+    LT_CHECK_VALUE(!ec, "local spawn: worker_log_dir '", options.worker_log_dir, "' cannot be created: ",
+                   ec.message());
+  }
   // One node: the workers rendezvous through a FileStore in a private directory.
   std::string store_dir;
   if (one_node) {
@@ -208,7 +215,6 @@ void supervise_local_spawn(int64_t num_processes, const LocalSpawnOptions& optio
     LT_CHECK(::mkdtemp(store_dir.data()) != nullptr, "local spawn: cannot create a directory for the local store in ",
              std::filesystem::temp_directory_path().string(), ": ", std::strerror(errno));
   }
-  if (!options.worker_log_dir.empty()) std::filesystem::create_directories(options.worker_log_dir);
   std::vector<WorkerSpec> workers;
   for (int64_t local = 0; local < num_processes; ++local) {
     const int64_t rank = options.node_rank * num_processes + local;

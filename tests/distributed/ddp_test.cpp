@@ -804,7 +804,9 @@ LT_TEST_WORKER(LocalSpawn) {
   lt::Trainer trainer(lt::TrainerOptions()
                           .devices(devices)
                           .strategy(std::make_shared<lt::DDPStrategy>(
-                              lt::DDPStrategyOptions().process_group_timeout(std::chrono::seconds(60))))
+                              lt::DDPStrategyOptions()
+                                  .process_group_timeout(std::chrono::seconds(60))
+                                  .worker_log_dir(env_str("LT_WORKER_LOG_DIR"))))
                           .max_epochs(2)
                           .enable_progress_bar(false)
                           .default_root_dir(dir));
@@ -865,6 +867,21 @@ TEST(LocalSpawn, SupervisorLaunchesWorkersAndExitsZero) {
     auto p0 = load_tensors(dir + "/rank0.pt"), p1 = load_tensors(dir + "/rank1.pt");
     expect_equal(p0, p1, "local spawn rank 1 vs rank 0");
   }
+  std::filesystem::remove_all(dir);
+}
+
+// A worker_log_dir that cannot be created fails the launch naming it, and
+// leaves no rendezvous folder behind in TMPDIR (it was made first).
+TEST(LocalSpawn, AnUncreatableWorkerLogDirLeavesNothingBehind) {
+  const std::string dir = out_dir("spawn_logdir");
+  const std::string tmp = dir + "/tmp";
+  std::filesystem::create_directories(tmp);
+  auto r = run_supervisor(dir, {{"LT_WORKER_LOG_DIR", "/dev/null/logs"}, {"TMPDIR", tmp}});
+  EXPECT_FALSE(r.exit.ok());
+  EXPECT_NE(r.output.find("local spawn: worker_log_dir '/dev/null/logs' cannot be created: Not a directory"),
+            std::string::npos)
+      << r.output;
+  EXPECT_TRUE(std::filesystem::is_empty(tmp)) << "a rendezvous folder was left in " << tmp;
   std::filesystem::remove_all(dir);
 }
 
