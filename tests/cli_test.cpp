@@ -437,6 +437,8 @@ TEST_F(CliTest, ACheckpointWithAFlippedByteIsRefused) {
         << command << ": " << r.err;
   }
   EXPECT_EQ(listing(), before) << "a refused checkpoint writes nothing";
+  const CliResult again = cli({"validate", "--config", a, "--ckpt_path", flipped});
+  EXPECT_EQ(again.err.find("OrderedDict"), std::string::npos) << "no hint about Python's OrderedDict: " << again.err;
   // A folder, or a device, as ckpt_path.
   fs::create_directory(dir_ / "folder.ckpt");
   CliResult r = cli({"validate", "--config", a, "--ckpt_path", (dir_ / "folder.ckpt").string()});

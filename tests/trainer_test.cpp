@@ -686,4 +686,28 @@ TEST(DataLoaderSize, AHugeBatchSizeIsOneBatch) {
   EXPECT_EQ(dropping.size(), 0);
 }
 
+
+// An optimizer option the parameters cannot take (lr 1e39 on float32: beyond
+// its range; Adam's lr 1e38 / bias correction too) is named with the step it
+// failed at, not only LibTorch's conversion error.
+TEST_F(TrainerTest, AnOptimizerStepThatFailsNamesTheLearningRates) {
+  class PlainSgd : public Regressor {
+   public:
+    lt::OptimizerConfig configure_optimizers() override {
+      return std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(1e39));
+    }
+  };
+  lt::Trainer trainer(lt::TrainerOptions().max_epochs(1));
+  try {
+    trainer.fit(std::make_shared<PlainSgd>(), loader(regression_data(8), 4));
+    FAIL() << "expected an error";
+  } catch (const lt::Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("the optimizer step failed at epoch 0, global step 0 (lr of its parameter groups: 1e+39): "),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find("value cannot be converted to type float without overflow"), std::string::npos) << what;
+  }
+}
+
 }  // namespace

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <lightning_cpp/core/check.h>
+#include <lightning_cpp/core/lr_scheduler.h>
 #include <lightning_cpp/core/rank_zero.h>
 
 namespace lt {
@@ -118,7 +119,19 @@ void AutomaticOptimization::optimizer_step(LoopContext& ctx) {
   ctx.hooks.call(&Callback::on_before_optimizer_step, optimizer);
   ctx.module.on_before_optimizer_step(optimizer);
   clip_gradients(optimizer, ctx.options.gradient_clip_val(), ctx.options.gradient_clip_algorithm());
-  ctx.strategy.optimizer_step(optimizer);
+  try {
+    ctx.strategy.optimizer_step(optimizer);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    // Often an option the parameters cannot take (lr 1e39 on float32
+    // parameters: "value cannot be converted to type float"): name them.
+    std::string lrs;
+    for (const auto& group : optimizer.param_groups()) lrs += c10::str(lrs.empty() ? "" : ", ", get_lr(group));
+    throw Error(c10::str("the optimizer step failed at epoch ", ctx.state.current_epoch, ", global step ",
+                         ctx.state.global_step, " (lr of its parameter groups: ", lrs, "): ",
+                         error_message(e)));
+  }
   ctx.hooks.call(&Callback::on_before_zero_grad, optimizer);
   ctx.module.on_before_zero_grad(optimizer);
   optimizer.zero_grad();
