@@ -885,6 +885,45 @@ TEST(LocalSpawn, AnUncreatableWorkerLogDirLeavesNothingBehind) {
   std::filesystem::remove_all(dir);
 }
 
+// A plain run in a shell that still holds RANK=1 WORLD_SIZE=2 MASTER_* from
+// an earlier launch: no peer ever comes. The error says who waited for
+// whom, where, and the likely cause (it was c10d's bare socket timeout).
+LT_TEST_WORKER(StaleEnvironment) {
+  lt::Trainer trainer(lt::TrainerOptions().enable_progress_bar(false).default_root_dir(env_str("LT_OUT")).strategy(
+      std::make_shared<lt::DDPStrategy>(lt::DDPStrategyOptions().process_group_timeout(std::chrono::seconds(2)))));
+  auto data = make_data(8);
+  try {
+    trainer.fit(make_net(-1), std::make_shared<lt::DataLoader>(std::make_shared<lt::TensorDataset>(data.x, data.y),
+                                                               lt::DataLoaderOptions(4)));
+  } catch (const lt::Error& e) {
+    const std::string what = e.what();
+    LT_WORKER_CHECK(what.find("rendezvous: rank 1 of 2 (") != std::string::npos &&
+                        what.find("waited 2 s for the store at 127.0.0.1:" + env_str("MASTER_PORT") +
+                                  " that rank 0 hosts") != std::string::npos &&
+                        what.find("left in the environment by an earlier launch") != std::string::npos,
+                    what);
+    return 0;
+  }
+  LT_WORKER_CHECK(false, "trained without peers");
+  return 1;
+}
+
+TEST(Rendezvous, AStaleRankEnvironmentSaysWhoWaitedForWhom) {
+  const std::string dir = out_dir("stale_env");
+  lt::WorkerSpec spec;
+  spec.argv = {lt::self_executable()};
+  spec.env = {{"LT_TEST_WORKER", "StaleEnvironment"}, {"LT_OUT", dir},           {"RANK", "1"},
+              {"WORLD_SIZE", "2"},                    {"LOCAL_RANK", "1"},       {"MASTER_ADDR", "127.0.0.1"},
+              {"MASTER_PORT", std::to_string(lt::find_free_port())}};
+  spec.output_path = dir + "/out.log";
+  auto exits = lt::launch_and_wait({spec}, lt::LaunchOptions{std::chrono::seconds(60)});
+  std::ifstream in(spec.output_path);
+  std::stringstream output;
+  output << in.rdbuf();
+  EXPECT_TRUE(exits.at(0).ok()) << exits.at(0).describe() << "\n" << output.str();
+  std::filesystem::remove_all(dir);
+}
+
 TEST(LocalSpawn, ACrashedWorkerFailsTheLaunchAndEndsTheOthers) {
   const std::string dir = out_dir("spawn_crash");
   auto r = run_supervisor(dir, {{"LT_DEVICES", "3"}, {"LT_CRASH_RANK", "1"}});

@@ -178,7 +178,21 @@ DistributedConnection init_process_group(const ClusterEnvironment& environment, 
     store_options.waitWorkers = index == 0;  // later groups reuse the server every rank already joined
     store_options.timeout = timeout;
     store_options.multiTenant = true;  // a second Trainer in this process reuses the server
-    base = c10::make_intrusive<c10d::TCPStore>(environment.main_address(), store_options);
+    try {
+      base = c10::make_intrusive<c10d::TCPStore>(environment.main_address(), store_options);
+    } catch (const std::exception& e) {
+      // c10d's socket timeout says neither who waited nor for whom.
+      const std::string where = c10::str(environment.main_address(), ":", environment.main_port());
+      throw Error(c10::str(
+          "rendezvous: rank ", rank, " of ", world_size, " (", environment.name(), " environment) ",
+          store_options.isServer ? c10::str("hosts the store at ", where, " and waited ", timeout.count() / 1000.0,
+                                            " s for the other ", world_size - 1, " rank(s) to join")
+                                 : c10::str("waited ", timeout.count() / 1000.0, " s for the store at ", where,
+                                            " that rank 0 hosts"),
+          ": ", error_message(e).substr(0, 200),
+          ". Are the other ranks running, with the same MASTER_ADDR and MASTER_PORT? A RANK, WORLD_SIZE or ",
+          "MASTER_* left in the environment by an earlier launch makes a plain run wait for peers that never come"));
+    }
     if (agent_prefix) base = c10::make_intrusive<c10d::PrefixStore>(*agent_prefix, base);
   }
   out.store = c10::make_intrusive<c10d::PrefixStore>("lt_pg_" + std::to_string(index), base);
