@@ -107,12 +107,10 @@ void append_file(const std::string& path, const std::string& text) {
   const bool sized = ::fstat(fd, &before) == 0;
   if (!write_all(fd, text.data(), text.size())) {
     const int error = errno;
-    if (sized && ::ftruncate(fd, before.st_size) != 0) {
-      // The partial line stays; the error says so below.
-    }
+    const bool cut = sized && ::ftruncate(fd, before.st_size) == 0;
     ::close(fd);
     throw Error(c10::str("appending to '", path, "' failed: ", std::strerror(error),
-                         sized ? " (cut back to its size before)" : ""));
+                         cut ? " (cut back to its size before)" : " (it may end in a partial line)"));
   }
   if (::close(fd) != 0) throw Error(c10::str("closing '", path, "' failed: ", std::strerror(errno)));
   ++g_files_written;
