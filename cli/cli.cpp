@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <regex>
 
 #include <CLI/CLI.hpp>
@@ -15,6 +16,7 @@
 #include <lightning_cpp/core/registry.h>
 #include <lightning_cpp/loops/fit_loop.h>
 #include <lightning_cpp/plugins/environments/cluster_environment.h>
+#include <lightning_cpp/plugins/launchers/error_file.h>
 #include <lightning_cpp/plugins/strategies/ddp/join_compatibility.h>
 #include <lightning_cpp/trainer/checkpoint.h>
 #include <lightning_cpp/trainer/trainer.h>
@@ -723,19 +725,20 @@ int run(const std::vector<std::string>& args, Registry& registry, std::ostream& 
     try {
       return execute(s.app->get_name(), s.configs, s.app->remaining(), s.plugins, s.print_config, registry, out);
     } catch (const JoinCompatibilityError& e) {
-      // Every rank refuses alike before the first step: rank 0 prints the list, the others a line.
-      if (rank_zero_env_rank() == 0) {
-        err << "error: " << e.what() << "\n";
-      } else {
-        err << "error: rank " << rank_zero_env_rank() << ": the run was refused before the first step (rank 0 "
-            << "printed why)\n";
+      // Every rank refuses alike before the first step: where each rank
+      // prints its own error, rank 0 prints the list and the others a line.
+      std::optional<std::string> printed;
+      if (rank_zero_env_rank() != 0) {
+        printed = c10::str("rank ", rank_zero_env_rank(), ": the run was refused before the first step (rank 0 ",
+                           "printed why)");
       }
+      report_failure(err, e.what(), printed);
       return input_error();
     } catch (const ValueError& e) {
-      err << "error: " << e.what() << "\n";
+      report_failure(err, e.what());
       return input_error();
     } catch (const std::exception& e) {
-      err << "error: " << error_message(e) << "\n";
+      report_failure(err, error_message(e));
       return kExitFailure;
     }
   }

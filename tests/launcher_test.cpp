@@ -1,16 +1,20 @@
 // The subprocess launcher under the multi-process test harness: exit codes
 // reach the parent, and one failing worker ends the others long before the
-// timeout.
+// timeout; the workers' error files.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
+
+#include <lightning_cpp/plugins/launchers/error_file.h>
 
 #include "support/multiprocess.h"
 
@@ -76,4 +80,29 @@ TEST(Launcher, TimeoutKillsStuckWorkers) {
   options.timeout = std::chrono::seconds(1);
   auto r = run_workers("RankOneCrashesOthersHang", 1, options);  // rank 0 only: sleeps
   EXPECT_TRUE(r.exits[0].timed_out) << r.summary();
+}
+
+// A worker's error file is torchelastic's JSON record: Python's json module
+// (as torchrun reads it) and read_error_file give back the message exactly.
+TEST(ErrorFile, ARecordReadsBackInPythonAndHere) {
+  const auto dir = std::filesystem::temp_directory_path() / ("lt_error_file_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string message = "a \"quoted\" C:\\path,\nline two\tand \x01 control, caf\xc3\xa9";
+  const std::string path = (dir / "error.json").string();
+  std::ofstream(path) << lt::error_file_record(message);
+  EXPECT_EQ(lt::read_error_file(path), message);
+  const std::string script = "import json,sys; d=json.load(open(sys.argv[1])); int(d['message']['extraInfo']"
+                             "['timestamp']); sys.stdout.buffer.write(d['message']['message'].encode())";
+  const std::string command = "/usr/bin/python3 -c \"" + script + "\" " + path + " > " + (dir / "out").string();
+  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  std::ifstream in(dir / "out", std::ios::binary);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()), message);
+  EXPECT_EQ(lt::read_error_file((dir / "missing.json").string()), std::nullopt);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ErrorFile, FailuresAreGroupedByMessage) {
+  EXPECT_EQ(lt::group_failures({}), "");
+  EXPECT_EQ(lt::group_failures({{0, "bad"}, {1, "bad"}, {2, "bad"}}), "error: bad\n");
+  EXPECT_EQ(lt::group_failures({{0, "a"}, {1, "b"}, {2, "a"}}), "error: ranks 0, 2: a\nerror: rank 1: b\n");
 }

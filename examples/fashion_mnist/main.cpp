@@ -10,6 +10,7 @@
 #include <string>
 
 #include <lightning_cpp/core/check.h>
+#include <lightning_cpp/plugins/launchers/error_file.h>
 #include <lightning_cpp/plugins/strategies/ddp.h>
 #include <lightning_cpp/trainer/trainer.h>
 
@@ -47,10 +48,10 @@ int main(int argc, char** argv) {
                   metrics["test_loss"]);
     }
   } catch (const lt::ValueError& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    lt::report_failure(std::cerr, e.what());
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    lt::report_failure(std::cerr, e.what());
     return 1;
   }
   return 0;

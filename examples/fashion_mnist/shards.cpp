@@ -25,6 +25,7 @@
 
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/data/sampler.h>
+#include <lightning_cpp/plugins/launchers/error_file.h>
 #include <lightning_cpp/plugins/strategies/ddp.h>
 #include <lightning_cpp/trainer/checkpoint.h>
 #include <lightning_cpp/trainer/trainer.h>
@@ -197,10 +198,10 @@ int main(int argc, char** argv) {
     std::cerr << usage;
     return 2;
   } catch (const lt::ValueError& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    lt::report_failure(std::cerr, e.what());
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    lt::report_failure(std::cerr, e.what());
     return 1;
   }
 }

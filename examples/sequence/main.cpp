@@ -20,6 +20,7 @@
 #include <lightning_cpp/data/batch_sampler.h>
 #include <lightning_cpp/data/collate.h>
 #include <lightning_cpp/data/data_loader.h>
+#include <lightning_cpp/plugins/launchers/error_file.h>
 #include <lightning_cpp/plugins/strategies/ddp.h>
 #include <lightning_cpp/trainer/trainer.h>
 
@@ -124,10 +125,10 @@ int main(int argc, char** argv) {
       std::printf("sequence test accuracy: %.4f\n", metrics["test_acc"]);
     }
   } catch (const lt::ValueError& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    lt::report_failure(std::cerr, e.what());
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    lt::report_failure(std::cerr, e.what());
     return 1;
   }
   return 0;

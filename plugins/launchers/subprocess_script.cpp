@@ -22,6 +22,7 @@
 
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/plugins/environments/local.h>
+#include <lightning_cpp/plugins/launchers/error_file.h>
 
 extern char** environ;
 
@@ -208,13 +209,12 @@ void supervise_local_spawn(int64_t num_processes, const LocalSpawnOptions& optio
     LT_CHECK_VALUE(!ec, "local spawn: worker_log_dir '", options.worker_log_dir, "' cannot be created: ",
                    ec.message());
   }
-  // One node: the workers rendezvous through a FileStore in a private directory.
-  std::string store_dir;
-  if (one_node) {
-    store_dir = (std::filesystem::temp_directory_path() / "lightning-cpp-XXXXXX").string();
-    LT_CHECK(::mkdtemp(store_dir.data()) != nullptr, "local spawn: cannot create a directory for the local store in ",
-             std::filesystem::temp_directory_path().string(), ": ", std::strerror(errno));
-  }
+  // A private directory for the workers' error files and, on one node, the
+  // FileStore they rendezvous through.
+  std::string store_dir = (std::filesystem::temp_directory_path() / "lightning-cpp-XXXXXX").string();
+  LT_CHECK(::mkdtemp(store_dir.data()) != nullptr, "local spawn: cannot create a directory for the local store in ",
+           std::filesystem::temp_directory_path().string(), ": ", std::strerror(errno));
+  const auto error_file = [&](int64_t rank) { return store_dir + "/rank" + std::to_string(rank) + ".error.json"; };
   std::vector<WorkerSpec> workers;
   for (int64_t local = 0; local < num_processes; ++local) {
     const int64_t rank = options.node_rank * num_processes + local;
@@ -229,6 +229,9 @@ void supervise_local_spawn(int64_t num_processes, const LocalSpawnOptions& optio
                 {"MASTER_ADDR", one_node ? std::string("127.0.0.1") : options.main_address},
                 {"MASTER_PORT", std::to_string(port)}};
     if (one_node) spec.env[LocalEnvironment::kStoreVar] = store_dir + "/store";
+    spec.env[kErrorFileVar] = error_file(rank);
+    // Workers on this terminal leave their errors to the summary below.
+    if (options.worker_log_dir.empty()) spec.env[kLauncherPrintsErrorsVar] = "1";
     if (!options.worker_log_dir.empty()) {
       spec.output_path =
           (std::filesystem::path(options.worker_log_dir) / ("rank" + std::to_string(rank) + ".log")).string();
@@ -248,23 +251,39 @@ void supervise_local_spawn(int64_t num_processes, const LocalSpawnOptions& optio
   LaunchOptions launch;
   launch.timeout = options.timeout;
   const std::vector<WorkerExit> exits = launch_and_wait(workers, launch);
+  const auto global_rank = [&](size_t local) { return options.node_rank * num_processes + static_cast<int64_t>(local); };
+  std::map<size_t, std::string> failures;
+  for (size_t local = 0; local < exits.size(); ++local) {
+    if (auto message = read_error_file(error_file(global_rank(local)))) {
+      failures[static_cast<size_t>(global_rank(local))] = *message;
+    }
+  }
   std::error_code ignored;
-  if (one_node) std::filesystem::remove_all(store_dir, ignored);
+  std::filesystem::remove_all(store_dir, ignored);
+  std::fputs(group_failures(failures).c_str(), stderr);
 
   // The root cause: the first worker that failed by itself (not one the
   // launcher terminated after it).
   int code = 0;
-  for (size_t rank = 0; rank < exits.size() && code == 0; ++rank) {
-    const WorkerExit& e = exits[rank];
+  for (size_t local = 0; local < exits.size() && code == 0; ++local) {
+    const WorkerExit& e = exits[local];
     if (e.ok() || e.terminated) continue;
-    std::fprintf(stderr, "lightning-cpp: strategy ddp: rank %zu of %zu %s", rank, exits.size(), e.describe().c_str());
+    const auto rank = static_cast<long long>(global_rank(local));
+    std::fprintf(stderr, "lightning-cpp: strategy ddp: rank %lld of %lld %s", rank,
+                 static_cast<long long>(num_processes * options.num_nodes), e.describe().c_str());
     if (!options.worker_log_dir.empty()) {
-      std::fprintf(stderr, " (its output: %s/rank%zu.log)", options.worker_log_dir.c_str(), rank);
+      std::fprintf(stderr, " (its output: %s/rank%lld.log)", options.worker_log_dir.c_str(), rank);
     }
     std::fprintf(stderr, "; the other workers were stopped\n");
     code = e.timed_out     ? 124
            : e.signal != 0 ? 128 + e.signal
                            : (e.exit_code > 0 && e.exit_code < 256 ? e.exit_code : 1);
+  }
+  // Exit 2 says nothing happened; if another rank failed after writing files
+  // (its exit 1: the same input error found after rank 0 wrote config.yaml),
+  // something did.
+  for (const WorkerExit& e : exits) {
+    if (code == 2 && e.signal == 0 && e.exit_code == 1) code = 1;
   }
   std::fflush(stderr);
   std::fflush(stdout);

@@ -12,11 +12,15 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <memory>
 #include <fstream>
+#include <memory>
+#include <regex>
 #include <sstream>
 
+#include <lightning_cpp/callbacks/lambda_callback.h>
 #include <lightning_cpp/callbacks/model_checkpoint.h>
+#include <lightning_cpp/core/check.h>
+#include <lightning_cpp/plugins/launchers/error_file.h>
 #include <lightning_cpp/plugins/launchers/subprocess_script.h>
 #include <lightning_cpp/plugins/strategies/ddp.h>
 #include <lightning_cpp/trainer/trainer.h>
@@ -77,10 +81,28 @@ LT_TEST_WORKER(TorchrunFit) {
                                                                   .save_top_k(-1)),
                        std::make_shared<DieAtStep9>()});
   }
+  // LT_FAIL=alike: every rank fails with the same input error at the train
+  // start; own: with its own message. Reported as a program does
+  // (lt::report_failure), exit 2.
+  const std::string fail = env_str("LT_FAIL");
+  if (!fail.empty()) {
+    auto failing = std::make_shared<lt::LambdaCallback>();
+    failing->on_train_start_fn = [fail](lt::Trainer& trainer, lt::LightningModule&) {
+      LT_CHECK_VALUE(fail != "alike", "every rank fails alike");
+      LT_CHECK_VALUE(false, "rank ", trainer.strategy().global_rank(), " fails its own way");
+    };
+    options.callbacks({failing});
+  }
   lt::Trainer trainer(options);
   auto loader = std::make_shared<lt::DataLoader>(std::make_shared<lt::TensorDataset>(x, y),
                                                  lt::DataLoaderOptions(4).shuffle(true).seed(3));
-  trainer.fit(net, loader);  // a spawn's supervisor launches, waits and exits here
+  try {
+    trainer.fit(net, loader);  // a spawn's supervisor launches, waits and exits here
+  } catch (const lt::ValueError& e) {
+    if (fail.empty()) throw;
+    lt::report_failure(std::cerr, e.what());
+    return 2;
+  }
   LT_WORKER_CHECK(trainer.strategy().name() == "ddp", "strategy ", trainer.strategy().name());
   LT_WORKER_CHECK(trainer.strategy().world_size() == 2, "world size ", trainer.strategy().world_size());
   std::vector<torch::Tensor> params;
@@ -244,6 +266,56 @@ TEST_F(Torchrun, ARestartedGroupResumesFromTheLastCheckpoint) {
   const std::string log = read_file(dir + "/launcher0.log");
   EXPECT_NE(log.find("epoch=1-step=8.ckpt (ckpt_path: last, after a restart by torchrun)"), std::string::npos) << log;
   expect_reference_weights(dir);
+  std::filesystem::remove_all(dir);
+}
+
+namespace {
+
+size_t count(const std::string& text, const std::string& part) {
+  size_t n = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+// Every rank of a local spawn fails at the train start: the workers share
+// the supervisor's terminal and print nothing; the supervisor prints each
+// message once (two copies used to interleave), with its ranks where they
+// differ, then the rank that failed first.
+TEST(Failures, ALocalSpawnPrintsEachFailureOnce) {
+  for (const std::string fail : {"alike", "own"}) {
+    const std::string dir = fresh_dir("fail_" + fail);
+    std::string why;
+    EXPECT_FALSE(run_launchers(dir, {{lt::self_executable()}}, {{"LT_MODE", "spawn"}, {"LT_FAIL", fail}}, &why));
+    EXPECT_NE(why.find("exited with code 2"), std::string::npos) << why;
+    if (fail == "alike") {
+      EXPECT_EQ(count(why, "every rank fails alike"), 1) << why;
+      EXPECT_EQ(count(why, "\nerror: every rank fails alike\n"), 1) << why;
+    } else {
+      for (int rank = 0; rank < 2; ++rank) {
+        const std::string line = "\nerror: rank " + std::to_string(rank) + ": rank " + std::to_string(rank) +
+                                 " fails its own way\n";
+        EXPECT_EQ(count(why, "fails its own way"), 2) << why;
+        EXPECT_EQ(count(why, line), 1) << why;
+      }
+    }
+    EXPECT_TRUE(std::regex_search(why, std::regex("rank [01] of 2 exited with code 2; the other workers were stopped")))
+        << why;
+    std::filesystem::remove_all(dir);
+  }
+}
+
+// torchrun gives each worker an error file (TORCHELASTIC_ERROR_FILE); its
+// failure summary shows what the worker recorded there.
+TEST_F(Torchrun, ItsFailureSummaryShowsEachRanksError) {
+  const std::string dir = fresh_dir("fail_torchrun");
+  std::string why;
+  EXPECT_FALSE(run_launchers(dir, {torchrun({"--standalone", "--nproc_per_node", "2", "--log_dir", dir + "/logs"})},
+                             {{"LT_FAIL", "own"}}, &why));
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_NE(why.find("traceback : rank " + std::to_string(rank) + " fails its own way"), std::string::npos) << why;
+  }
   std::filesystem::remove_all(dir);
 }
 
