@@ -1,10 +1,12 @@
 #include <lightning_cpp/callbacks/model_checkpoint.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <limits>
 #include <regex>
+#include <vector>
 
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/files.h>
@@ -97,6 +99,47 @@ void ModelCheckpoint::setup(Trainer& trainer, LightningModule& /*module*/, Stage
     rank_zero_warn("ModelCheckpoint: removed ", removed.size(), " temporary file(s) that checkpoint writers left in '",
                    dirpath_, "' when they died (e.g. ", fs::path(removed.front()).filename().string(), ")");
   }
+}
+
+std::set<std::string> ModelCheckpoint::kept_files() const {
+  std::set<std::string> names;
+  for (const auto& [path, score] : best_k_models_) names.insert(fs::path(path).filename().string());
+  for (const std::string* path : {&best_model_path_, &last_model_path_}) {
+    if (!path->empty()) names.insert(fs::path(*path).filename().string());
+  }
+  return names;
+}
+
+void ModelCheckpoint::on_train_start(Trainer& trainer, LightningModule& /*module*/) {
+  if (!trainer.is_global_zero()) return;
+  std::set<std::string> kept;
+  bool first = true;
+  for (const auto& callback : trainer.callbacks()) {
+    const auto* other = dynamic_cast<const ModelCheckpoint*>(callback.get());
+    if (other == nullptr || other->dirpath_ != dirpath_) continue;
+    if (other->options_.save_top_k() < 1) return;  // keeps every file it writes (or none)
+    if (first && other != this) return;             // the first one of the folder reports
+    first = false;
+    const auto names = other->kept_files();
+    kept.insert(names.begin(), names.end());
+  }
+  std::vector<std::string> orphans;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dirpath_, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.path().extension() == kFileExtension && entry.is_regular_file(ec) && kept.count(name) == 0) {
+      orphans.push_back(name);
+    }
+  }
+  if (orphans.empty()) return;
+  std::sort(orphans.begin(), orphans.end());
+  std::string listed;
+  for (size_t i = 0; i < orphans.size() && i < 5; ++i) listed += (i ? ", " : "") + orphans[i];
+  if (orphans.size() > 5) listed += ", ...";
+  rank_zero_warn("ModelCheckpoint: ", orphans.size(), " checkpoint file(s) in '", dirpath_,
+                 "' are not among the checkpoints this run keeps (an earlier run's, or left by a run killed between "
+                 "saving a checkpoint and removing the one it replaced); they count toward no top-",
+                 options_.save_top_k(), " and are never removed: ", listed);
 }
 
 std::map<std::string, double> ModelCheckpoint::monitor_candidates(const Trainer& trainer) const {

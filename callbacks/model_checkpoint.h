@@ -10,6 +10,7 @@
 
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 
 #include <torch/arg.h>
@@ -52,6 +53,12 @@ class ModelCheckpoint : public Callback {
   JoinSupport join_support(const TrainerOptions& options) const override;
 
   void setup(Trainer& trainer, LightningModule& module, Stage stage) override;
+  // After a resume's restore: warns about the .ckpt files in dirpath that no
+  // ModelCheckpoint of this run keeps (an earlier run's, or one left by a run
+  // killed between saving a new top-k file and removing the one it replaced):
+  // they count toward no top-k and are never removed. Only where every
+  // ModelCheckpoint writing there bounds its files (save_top_k >= 1).
+  void on_train_start(Trainer& trainer, LightningModule& module) override;
   void on_after_optimizer_step(Trainer& trainer, LightningModule& module) override;
   // After setup: "last": the newest .ckpt in dirpath; "best": best_model_path()
   // or, before this callback saved or loaded one, the newest checkpoint's.
@@ -86,6 +93,8 @@ class ModelCheckpoint : public Callback {
   void write(Trainer& trainer, const std::string& path);
   void remove(Trainer& trainer, const std::string& path);
   bool better(double a, double b) const { return options_.mode() == "min" ? a < b : a > b; }
+  // The files of dirpath this callback keeps track of (top-k, best, last).
+  std::set<std::string> kept_files() const;
 
   ModelCheckpointOptions options_;
   int64_t every_n_epochs_ = 1;

@@ -374,6 +374,37 @@ TEST_F(CheckpointTest, StaleTemporaryFilesOfDeadWritersAreRemoved) {
   EXPECT_TRUE(warned);
 }
 
+// A run killed between saving a top-k checkpoint and removing the one it
+// replaced leaves a file no top-k keeps: the resumed run names it (and keeps
+// it); a run whose folder holds only what it keeps says nothing.
+TEST_F(CheckpointTest, OrphanCheckpointFilesAreReportedOnResume) {
+  const fs::path ckpts = dir_ / "ckpts";
+  auto checkpoint = [&] {
+    return std::make_shared<lt::ModelCheckpoint>(
+        lt::ModelCheckpointOptions().dirpath(ckpts.string()).monitor("val_loss").save_top_k(2).save_last(true));
+  };
+  auto fit = [&](int64_t epochs, const std::string& ckpt_path) {
+    std::vector<std::string> warnings;
+    auto previous = lt::set_warning_handler([&](const std::string& m) { warnings.push_back(m); });
+    lt::Trainer trainer(options(epochs).callbacks({checkpoint()}).enable_progress_bar(false));
+    trainer.fit(std::make_shared<Reference>(), data(true), data(false), ckpt_path);
+    lt::set_warning_handler(previous);
+    std::string orphans;
+    for (const auto& w : warnings) {
+      if (w.find("are not among the checkpoints this run keeps") != std::string::npos) orphans += w;
+    }
+    return orphans;
+  };
+  EXPECT_EQ(fit(3, ""), "");
+  EXPECT_EQ(fit(4, "last"), "") << "a clean resume";
+  fs::copy_file(ckpts / "last.ckpt", ckpts / "epoch=7-step=99.ckpt");
+  const std::string warning = fit(5, "last");
+  EXPECT_NE(warning.find("ModelCheckpoint: 1 checkpoint file(s) in '" + ckpts.string()), std::string::npos) << warning;
+  EXPECT_NE(warning.find("count toward no top-2 and are never removed: epoch=7-step=99.ckpt"), std::string::npos)
+      << warning;
+  EXPECT_TRUE(fs::exists(ckpts / "epoch=7-step=99.ckpt"));
+}
+
 // A full disk (a 64 KiB tmpfs): the error names the file and the OS error,
 // the partial file is removed and the previous checkpoint is intact.
 TEST_F(CheckpointTest, AFullDiskIsAClearErrorAndLeavesNothingBehind) {
