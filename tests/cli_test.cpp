@@ -19,117 +19,16 @@
 
 #include "fashion_mnist/fashion_mnist.h"
 #include "fashion_mnist/registration.h"
-#include "support/seeding.h"
+#include "support/cli_fixture.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-// A two-layer net on 4 features and the data it trains on.
-class TinyNet : public lt::LightningModule {
- public:
-  TinyNet(int64_t hidden, double lr) : lr_(lr) {
-    fc1_ = register_module("fc1", torch::nn::Linear(4, hidden));
-    fc2_ = register_module("fc2", torch::nn::Linear(hidden, 1));
-    hparams()["hidden"] = std::to_string(hidden);
-  }
-  torch::Tensor forward(const torch::Tensor& x) { return fc2_(torch::relu(fc1_(x))); }
-  torch::Tensor training_step(const lt::Batch& b, int64_t) override {
-    auto loss = torch::mse_loss(forward(b.data), b.target);
-    log("train_loss", loss);
-    return loss;
-  }
-  void validation_step(const lt::Batch& b, int64_t) override { log("val_loss", torch::mse_loss(forward(b.data), b.target)); }
-  void test_step(const lt::Batch& b, int64_t) override { log("test_loss", torch::mse_loss(forward(b.data), b.target)); }
-  torch::Tensor predict_step(const lt::Batch& b, int64_t) override { return forward(b.data); }
-  lt::OptimizerConfig configure_optimizers() override {
-    return std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(lr_));
-  }
-
- private:
-  double lr_;
-  torch::nn::Linear fc1_{nullptr}, fc2_{nullptr};
-};
-
-class TinyData : public lt::DataModule {
- public:
-  void setup(lt::Stage) override {
-    if (ds_) return;
-    auto gen = at::detail::createCPUGenerator(7);
-    auto x = at::randn({64, 4}, gen, torch::kFloat);
-    ds_ = std::make_shared<lt::TensorDataset>(x, x.sum(1, true));
-  }
-  std::shared_ptr<lt::DataLoader> train_dataloader() override { return loader(); }
-  std::shared_ptr<lt::DataLoader> val_dataloader() override { return loader(); }
-  std::shared_ptr<lt::DataLoader> test_dataloader() override { setup(lt::Stage::kTest); return loader(); }
-  std::shared_ptr<lt::DataLoader> predict_dataloader() override { return test_dataloader(); }
-
- private:
-  std::shared_ptr<lt::DataLoader> loader() { return std::make_shared<lt::DataLoader>(ds_, lt::DataLoaderOptions(16)); }
-  std::shared_ptr<lt::TensorDataset> ds_;
-};
-
-lt::Registry test_registry() {
-  lt::Registry r;
-  lt::register_builtins(r);
-  r.add<lt::LightningModule>("TinyNet", "test net",
-                             lt::ArgSchema().add_int("hidden", 4, "width").add_float("lr", 0.05, "SGD lr"),
-                             [](const lt::InitArgs& a) { return std::make_shared<TinyNet>(a.get_int("hidden"), a.get_float("lr")); });
-  r.add<lt::DataModule>("TinyData", "test data", lt::ArgSchema(),
-                        [](const lt::InitArgs&) { return std::make_shared<TinyData>(); });
-  return r;
-}
-
-struct CliResult {
-  int code;
-  std::string out, err;
-};
-
-// Each test runs in a fresh temporary folder (the cwd), so "nothing written"
-// can be checked by listing it.
-struct CliTest : lt::testing::SeedingFixture {
-  void SetUp() override {
-    SeedingFixture::SetUp();
-    old_cwd_ = fs::current_path();
-    char tmpl[] = "/tmp/lt_cli_test_XXXXXX";
-    dir_ = ::mkdtemp(tmpl);
-    fs::current_path(dir_);
-    registry_ = test_registry();
-  }
-  void TearDown() override {
-    fs::current_path(old_cwd_);
-    fs::remove_all(dir_);
-  }
-  std::string write(const std::string& name, const std::string& text) {
-    std::ofstream(dir_ / name) << text;
-    return (dir_ / name).string();
-  }
-  CliResult cli(std::vector<std::string> args) {
-    std::ostringstream out, err;
-    const int code = lt::cli::run(args, registry_, out, err);
-    return {code, out.str(), err.str()};
-  }
-  std::vector<std::string> listing() const {
-    std::vector<std::string> names;
-    for (const auto& e : fs::recursive_directory_iterator(dir_)) names.push_back(fs::relative(e.path(), dir_).string());
-    std::sort(names.begin(), names.end());
-    return names;
-  }
-  // Runs `fit` on `yaml` and checks: exit 2, the exact message, nothing written.
-  void expect_config_error(const std::string& yaml, const std::string& expected, std::vector<std::string> extra = {}) {
-    const std::string path = write("bad.yaml", yaml);
-    std::vector<std::string> args = {"fit", "--config", path};
-    args.insert(args.end(), extra.begin(), extra.end());
-    const CliResult r = cli(args);
-    EXPECT_EQ(r.code, 2) << r.err;
-    std::string message = std::regex_replace(expected, std::regex("\\{f\\}"), path);
-    EXPECT_EQ(r.err, "error: " + message + "\n");
-    EXPECT_EQ(listing(), std::vector<std::string>{"bad.yaml"});
-  }
-
-  fs::path old_cwd_, dir_;
-  lt::Registry registry_;
-};
+using lt::testing::CliResult;
+using lt::testing::CliTest;
+using lt::testing::TinyData;
+using lt::testing::TinyNet;
 
 const char* kTrainerKeys =
     "max_epochs, max_steps, accumulate_grad_batches, gradient_clip_val, gradient_clip_algorithm, val_check_interval, "
@@ -245,78 +144,6 @@ TEST_F(CliTest, MissingCheckpointFile) {
                       "{f}:3: ckpt_path: 'nowhere.ckpt' does not exist (or say last or best)");
 }
 
-// Hostile configs (issue: hardening): each ends at once with exit 2 and a
-// located message, writing nothing.
-TEST_F(CliTest, AnAliasBombIsRefusedBeforeItExpands) {
-  // 9 levels of 9 aliases: 9^9 values once expanded (yaml-cpp shares them).
-  std::string yaml = "a0: &a0 [x, x, x, x, x, x, x, x, x]\n";
-  for (int level = 1; level < 9; ++level) {
-    yaml += c10::str("a", level, ": &a", level, " [");
-    for (int i = 0; i < 9; ++i) yaml += c10::str(i ? ", " : "", "*a", level - 1);
-    yaml += "]\n";
-  }
-  yaml += "model: TinyNet\ndata: TinyData\n";
-  const std::string path = write("bad.yaml", yaml);
-  const CliResult r = cli({"fit", "--config", path});
-  EXPECT_EQ(r.code, 2) << r.err;
-  EXPECT_NE(r.err.find("the config expands to more than 100000 values (YAML aliases of aliases?)"), std::string::npos)
-      << r.err;
-  EXPECT_EQ(listing(), std::vector<std::string>{"bad.yaml"});
-}
-
-TEST_F(CliTest, ANulByteInAValueIsRefused) {
-  expect_config_error("model: TinyNet\ndata: TinyData\ntrainer:\n  default_root_dir: \"out/nul_a\\0_b\"\n",
-                      "{f}:4: trainer.default_root_dir: a NUL byte (\\0) in 'out/nul_a\\0...'; config values and keys "
-                      "cannot contain one");
-}
-
-TEST_F(CliTest, ManyKeysUnderAnUnknownKeyAreRefusedInLinearTime) {
-  std::string yaml = "model: TinyNet\ndata: TinyData\nbogus:\n";
-  for (int i = 0; i < 50000; ++i) yaml += c10::str("  k", i, ": 1\n");
-  const std::string path = write("bad.yaml", yaml);
-  const CliResult r = cli({"fit", "--config", path});
-  EXPECT_EQ(r.code, 2) << r.err;
-  EXPECT_NE(r.err.find(":3: bogus: unknown key"), std::string::npos) << r.err.substr(0, 300);
-}
-
-TEST_F(CliTest, AHugeListIndexOnTheCommandLineIsAConfigError) {
-  const std::string path = write("a.yaml", "model: TinyNet\ndata: TinyData\ncallbacks: [{class_path: EarlyStopping}]\n");
-  const CliResult r = cli({"fit", "--config", path, "--callbacks.99999999999999999999999.init_args.monitor=x"});
-  EXPECT_EQ(r.code, 2) << r.err;
-  EXPECT_NE(r.err.find("callbacks is a list of 1 item(s); '99999999999999999999999' is not an index into it"),
-            std::string::npos)
-      << r.err;
-}
-
-TEST_F(CliTest, AFolderAsConfigIsAnError) {
-  fs::create_directory(dir_ / "conf");
-  const CliResult r = cli({"fit", "--config", (dir_ / "conf").string()});
-  EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.err, "error: " + (dir_ / "conf").string() + ": is a directory, not a config file\n");
-}
-
-// An input error found after the run wrote files is no longer "nothing
-// happened" (exit 2): a monitored key never logged is found at the first
-// checkpoint, after config.yaml and metrics.csv.
-TEST_F(CliTest, AnInputErrorAfterFilesWereWrittenExitsOne) {
-  const std::string a = write("a.yaml",
-                              "trainer: {max_epochs: 1, enable_progress_bar: false}\nmodel: TinyNet\ndata: TinyData\n"
-                              "callbacks: [{class_path: ModelCheckpoint, init_args: {monitor: nope}}]\n");
-  const CliResult r = cli({"fit", "--config", a});
-  EXPECT_EQ(r.code, 1) << r.err;
-  EXPECT_NE(r.err.find("ModelCheckpoint(monitor='nope') could not find the monitored key"), std::string::npos)
-      << r.err;
-  EXPECT_TRUE(fs::exists(dir_ / "lightning_logs" / "version_0" / "config.yaml"));
-}
-
-TEST_F(CliTest, DeepNestingIsNamed) {
-  const std::string path =
-      write("bad.yaml", "model: TinyNet\ndata: TinyData\nx: " + std::string(600, '[') + std::string(600, ']') + "\n");
-  const CliResult r = cli({"fit", "--config", path});
-  EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.err, "error: " + path + ":3: invalid YAML: nested more than 500 levels deep (a config needs a few)\n");
-}
-
 TEST_F(CliTest, InvalidYaml) {
   const std::string path = write("bad.yaml", "trainer: [1, 2\nmodel: TinyNet\n");
   const CliResult r = cli({"fit", "--config", path});
@@ -403,50 +230,6 @@ TEST_F(CliTest, FitFromYamlWritesLogsConfigAndCheckpoint) {
   const std::string best = (dir_ / "lightning_logs" / "version_2" / "checkpoints" / "epoch=1-step=8.ckpt").string();
   EXPECT_EQ(v.out, cli({"validate", "--config", a, "--ckpt_path", best}).out);
   EXPECT_NE(v.out, cli({"validate", "--config", a}).out) << "the untrained model validates alike";
-}
-
-// A byte flipped inside a record of a good checkpoint: the zip's CRC-32 no
-// longer matches (LibTorch's reader would load it and validate wrong
-// weights). validate and fit refuse it with exit 2 and write nothing.
-TEST_F(CliTest, ACheckpointWithAFlippedByteIsRefused) {
-  const std::string a = write("a.yaml",
-                              "trainer: {max_epochs: 1, enable_progress_bar: false}\nmodel: TinyNet\ndata: TinyData\n"
-                              "callbacks: [{class_path: ModelCheckpoint, init_args: {save_last: true}}]\n");
-  ASSERT_EQ(cli({"fit", "--config", a}).code, 0);
-  const fs::path good = dir_ / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt";
-  std::string bytes;
-  {
-    std::ifstream in(good, std::ios::binary);
-    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
-  // The first record's data: after its 30-byte local header, name and extra field.
-  auto le16 = [&](size_t at) { return static_cast<uint8_t>(bytes[at]) | static_cast<uint8_t>(bytes[at + 1]) << 8; };
-  ASSERT_EQ(bytes.compare(0, 4, "PK\x03\x04"), 0);
-  const size_t data = 30 + le16(26) + le16(28);
-  const std::string name = bytes.substr(30, le16(26));
-  bytes[data + 3] = static_cast<char>(bytes[data + 3] ^ 0x5a);
-  const std::string flipped = (dir_ / "flipped.ckpt").string();
-  std::ofstream(flipped, std::ios::binary) << bytes;
-  const auto before = listing();
-  for (const char* command : {"validate", "fit"}) {
-    const CliResult r = cli({command, "--config", a, "--ckpt_path", flipped});
-    EXPECT_EQ(r.code, 2) << command << ": " << r.err;
-    EXPECT_NE(r.err.find("checkpoint '" + flipped + "' is truncated or corrupt (" + std::to_string(bytes.size()) +
-                         " bytes): record '" + name + "' fails its CRC-32 check (stored "),
-              std::string::npos)
-        << command << ": " << r.err;
-  }
-  EXPECT_EQ(listing(), before) << "a refused checkpoint writes nothing";
-  const CliResult again = cli({"validate", "--config", a, "--ckpt_path", flipped});
-  EXPECT_EQ(again.err.find("OrderedDict"), std::string::npos) << "no hint about Python's OrderedDict: " << again.err;
-  // A folder, or a device, as ckpt_path.
-  fs::create_directory(dir_ / "folder.ckpt");
-  CliResult r = cli({"validate", "--config", a, "--ckpt_path", (dir_ / "folder.ckpt").string()});
-  EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.err.find("is a directory, not a file"), std::string::npos) << r.err;
-  r = cli({"validate", "--config", a, "--ckpt_path", "/dev/zero"});
-  EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.err.find("checkpoint '/dev/zero' is not a regular file"), std::string::npos) << r.err;
 }
 
 TEST_F(CliTest, PredictWritesPredictions) {
@@ -578,22 +361,6 @@ TEST_F(CliTest, FashionMnistConfigsResolve) {
   const CliResult r = cli({"fit", "--config", std::string(LT_SOURCE_DIR) + "/configs/fashion_mnist_mlp.yaml", "--print_config"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("class_path: MlpClassifier"), std::string::npos) << r.out;
-}
-
-// The example's data and model options that were accepted and failed late or
-// silently: val_size -1, and lr 1e-7 written to hparams.yaml as 0.000000.
-TEST_F(CliTest, FashionMnistOptionsAreCheckedAndKeptExactly) {
-  lt::examples::register_fashion_mnist(registry_);
-  const std::string config = std::string(LT_SOURCE_DIR) + "/configs/fashion_mnist_mlp.yaml";
-  const CliResult bad = cli({"fit", "--config", config, "--data.init_args.val_size=-1"});
-  EXPECT_EQ(bad.code, 2);
-  EXPECT_NE(bad.err.find("FashionMnistDataModule: val_size must be in [0, 60000) (images held out of the 60000 "
-                         "training images), got -1"),
-            std::string::npos)
-      << bad.err;
-  EXPECT_EQ(listing(), std::vector<std::string>{});
-  lt::examples::MlpClassifier model(lt::examples::ClassifierOptions().lr(1e-7));
-  EXPECT_EQ(model.hparams().at("lr"), "1e-07");
 }
 
 }  // namespace

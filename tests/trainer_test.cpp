@@ -676,38 +676,5 @@ TEST(Blas, TheReferenceBlasIsWarnedAboutOnce) {
 }
 
 
-// A batch size near INT64_MAX is one batch (n + b - 1 overflowed to 0 batches).
-TEST(DataLoaderSize, AHugeBatchSizeIsOneBatch) {
-  auto data = regression_data(10);
-  lt::DataLoader loader(data, lt::DataLoaderOptions(std::numeric_limits<int64_t>::max()));
-  EXPECT_EQ(loader.size(), 1);
-  EXPECT_EQ(loader.get(0).data.size(0), 10);
-  lt::DataLoader dropping(data, lt::DataLoaderOptions(std::numeric_limits<int64_t>::max()).drop_last(true));
-  EXPECT_EQ(dropping.size(), 0);
-}
-
-
-// An optimizer option the parameters cannot take (lr 1e39 on float32: beyond
-// its range; Adam's lr 1e38 / bias correction too) is named with the step it
-// failed at, not only LibTorch's conversion error.
-TEST_F(TrainerTest, AnOptimizerStepThatFailsNamesTheLearningRates) {
-  class PlainSgd : public Regressor {
-   public:
-    lt::OptimizerConfig configure_optimizers() override {
-      return std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(1e39));
-    }
-  };
-  lt::Trainer trainer(lt::TrainerOptions().max_epochs(1));
-  try {
-    trainer.fit(std::make_shared<PlainSgd>(), loader(regression_data(8), 4));
-    FAIL() << "expected an error";
-  } catch (const lt::Error& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("the optimizer step failed at epoch 0, global step 0 (lr of its parameter groups: 1e+39): "),
-              std::string::npos)
-        << what;
-    EXPECT_NE(what.find("value cannot be converted to type float without overflow"), std::string::npos) << what;
-  }
-}
 
 }  // namespace
