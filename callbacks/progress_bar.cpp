@@ -1,8 +1,11 @@
 #include <lightning_cpp/callbacks/progress_bar.h>
 
+#include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 
 #include <lightning_cpp/core/check.h>
@@ -16,6 +19,17 @@ ProgressBar::ProgressBar(ProgressBarOptions options) : options_(options) {
 }
 
 std::ostream& ProgressBar::out() const { return options_.stream() ? *options_.stream() : std::cout; }
+
+size_t ProgressBar::columns() const {
+  int64_t cols = options_.width().value_or(0);
+  winsize size{};
+  if (cols <= 0 && ::ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0) cols = size.ws_col;
+  if (cols <= 0) {
+    const char* env = std::getenv("COLUMNS");
+    cols = env != nullptr ? std::atoll(env) : 0;
+  }
+  return static_cast<size_t>(cols > 10 ? cols : 80);
+}
 
 std::string ProgressBar::format_time(double seconds) {
   if (!(seconds >= 0) || seconds > 1e8) return "?";
@@ -65,14 +79,20 @@ void ProgressBar::draw(const Trainer& trainer, int64_t done, int64_t total, bool
           << rate_buf << metrics_str(trainer) << "]" << std::endl;
     return;
   }
-  constexpr int kWidth = 20;
+  // The bar takes up to 20 columns of what the line leaves; the line itself
+  // stops one column short of the terminal's edge (a full line wraps).
   const double frac = total > 0 ? static_cast<double>(done) / static_cast<double>(total) : 1.0;
-  const int filled = static_cast<int>(frac * kWidth);
   char pct[8];
   std::snprintf(pct, sizeof(pct), "%3d%%", static_cast<int>(frac * 100));
-  std::string line = c10::str("Epoch ", epoch, ": ", pct, "|", std::string(filled, '#'),
-                              std::string(kWidth - filled, ' '), "| ", done, "/", of, " [", format_time(elapsed),
-                              "<", format_time(eta), ", ", rate_buf, metrics_str(trainer), "]");
+  const std::string head = c10::str("Epoch ", epoch, ": ", pct, "|");
+  const std::string tail = c10::str("| ", done, "/", of, " [", format_time(elapsed), "<", format_time(eta), ", ",
+                                    rate_buf, metrics_str(trainer), "]");
+  const size_t limit = columns() - 1;
+  const size_t room = limit > head.size() + tail.size() ? limit - head.size() - tail.size() : 0;
+  const size_t bar = std::min<size_t>(room, 20);
+  const auto filled = static_cast<size_t>(frac * static_cast<double>(bar));
+  std::string line = head + std::string(filled, '#') + std::string(bar - filled, ' ') + tail;
+  if (line.size() > limit) line.resize(limit);
   const size_t width = line.size();
   if (width < last_width_) line += std::string(last_width_ - width, ' ');
   last_width_ = width;

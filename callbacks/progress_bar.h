@@ -2,8 +2,11 @@
 // lt::ProgressBar: training progress on rank 0 (Lightning's TQDMProgressBar).
 // On a terminal it redraws one line per epoch:
 //   Epoch 2/10:  45%|#####      | 389/860 [00:03<00:04, 120.5it/s, train_loss_step=0.512, val_acc=0.84]
-// When the output is not a terminal (logs, CI) it prints one plain line per
-// epoch instead, so log files do not fill with carriage returns.
+// The line never passes the terminal's width (the bar narrows, then the
+// metrics are cut), so a redraw never wraps into a new line. When the output
+// is not a terminal (logs, CI) it prints one plain line per epoch instead, so
+// log files do not fill with carriage returns. The Trainer adds one unless
+// enable_progress_bar is false or one is given.
 
 #include <chrono>
 #include <cstdint>
@@ -25,6 +28,9 @@ struct ProgressBarOptions {
   TORCH_ARG(std::optional<bool>, tty) = std::nullopt;
   // Where to write; null: std::cout.
   TORCH_ARG(StreamPtr, stream) = nullptr;
+  // Columns of the terminal line; unset: the terminal's (stdout's), else
+  // $COLUMNS, else 80.
+  TORCH_ARG(std::optional<int64_t>, width) = std::nullopt;
 };
 
 class ProgressBar : public Callback {
@@ -47,6 +53,7 @@ class ProgressBar : public Callback {
   using Clock = std::chrono::steady_clock;
   std::ostream& out() const;
   std::string metrics_str(const Trainer& trainer) const;
+  size_t columns() const;
   void draw(const Trainer& trainer, int64_t done, int64_t total, bool final);
 
   ProgressBarOptions options_;

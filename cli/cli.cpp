@@ -539,18 +539,16 @@ RunObjects build_run(const ConfigNode& resolved, const Registry& registry, const
     run.trainer.seed(static_cast<uint64_t>(std::stoll(seed.value)));
   }
   // As LightningCLI: seed before the model is built, so its initial weights are reproducible.
-  if (run.trainer.seed()) seed_everything(*run.trainer.seed(), run.trainer.deterministic());
+  if (run.trainer.seed()) seed_everything(*run.trainer.seed());
 
   std::vector<std::shared_ptr<Callback>> callbacks;
   const ConfigNode& cbs = *resolved.find("callbacks");
-  bool has_progress_bar = false, has_checkpoint = false;
+  bool has_checkpoint = false;
   for (size_t i = 0; i < cbs.items.size(); ++i) {
     auto cb = build_class<Callback>(cbs.items[i], c10::str("callbacks[", i, "]"), registry, &run.trainer);
-    has_progress_bar |= dynamic_cast<ProgressBar*>(cb.get()) != nullptr;
     has_checkpoint |= dynamic_cast<ModelCheckpoint*>(cb.get()) != nullptr;
     callbacks.push_back(std::move(cb));
   }
-  if (run.trainer.enable_progress_bar() && !has_progress_bar) callbacks.push_back(std::make_shared<ProgressBar>());
   if (subcommand == "fit" && trainer_args.get_bool("enable_checkpointing") && !has_checkpoint) {
     callbacks.push_back(std::make_shared<ModelCheckpoint>());
   }

@@ -60,6 +60,7 @@ struct TrainerOptions {
   TORCH_ARG(NonFinitePolicy, on_nonfinite) = NonFinitePolicy::kError;
   // Stop at the next step boundary on SIGINT/SIGTERM and write interrupted.ckpt (core/signals.h).
   TORCH_ARG(bool, handle_signals) = true;
+  // A ProgressBar unless one is among the callbacks (Lightning's default).
   TORCH_ARG(bool, enable_progress_bar) = true;
   // Lightning's: true, a strategy that shards (DDP) replaces each loader's
   // sequential or random sampler by its rank's shard; false, every loader is

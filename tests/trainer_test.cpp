@@ -678,3 +678,19 @@ TEST(Blas, TheReferenceBlasIsWarnedAboutOnce) {
 
 
 }  // namespace
+
+namespace {
+
+// Lightning's Trainer(deterministic=True) needs no seed: deterministic
+// algorithms are switched on when the Trainer is built.
+TEST(Deterministic, TakesEffectWithoutASeed) {
+  at::globalContext().setDeterministicAlgorithms(false, false);
+  { lt::Trainer plain(lt::TrainerOptions().enable_progress_bar(false)); }
+  EXPECT_FALSE(at::globalContext().deterministicAlgorithms());
+  { lt::Trainer deterministic(lt::TrainerOptions().deterministic(true).enable_progress_bar(false)); }
+  EXPECT_TRUE(at::globalContext().deterministicAlgorithms());
+  EXPECT_FALSE(at::globalContext().deterministicAlgorithmsWarnOnly());
+  at::globalContext().setDeterministicAlgorithms(false, false);
+}
+
+}  // namespace

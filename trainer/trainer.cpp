@@ -1,6 +1,7 @@
 #include <lightning_cpp/trainer/trainer.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 
@@ -8,6 +9,7 @@
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/env.h>
 #include <lightning_cpp/core/rank_zero.h>
+#include <lightning_cpp/core/registry.h>
 #include <lightning_cpp/core/signals.h>
 #include <lightning_cpp/plugins/environments/cluster_environment.h>
 #include <lightning_cpp/plugins/strategies/ddp.h>
@@ -28,10 +30,7 @@ struct Trainer::Run {
   Stage stage = Stage::kNone;
 };
 
-void seed_everything(uint64_t seed, bool deterministic) {
-  torch::manual_seed(seed);
-  if (deterministic) at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
-}
+void seed_everything(uint64_t seed) { torch::manual_seed(seed); }
 
 Trainer::Trainer(TrainerOptions options)
     : options_(std::move(options)),
@@ -40,6 +39,25 @@ Trainer::Trainer(TrainerOptions options)
       prediction_loop_(std::make_shared<PredictionLoop>()) {
   options_.validate();
   warn_if_reference_blas();
+  if (options_.deterministic()) {
+    // As Lightning's Trainer(deterministic=True), with or without a seed:
+    // an operation without a deterministic implementation raises.
+    at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+    at::globalContext().setDeterministicCuDNN(true);
+    at::globalContext().setBenchmarkCuDNN(false);
+    ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);  // what deterministic cuBLAS needs
+  }
+  // Lightning's default callbacks, made by name (callbacks sit above the
+  // Trainer, which knows them only as lt::Callback): a progress bar unless
+  // one is given.
+  auto callbacks = options_.callbacks();
+  const auto given = [&](const std::string& name) {
+    return std::any_of(callbacks.begin(), callbacks.end(), [&](const auto& c) { return c->name() == name; });
+  };
+  if (options_.enable_progress_bar() && !given("ProgressBar")) {
+    callbacks.push_back(Registry::global().create<Callback>("ProgressBar"));
+  }
+  options_.callbacks(std::move(callbacks));
   strategy_ = options_.strategy();
   if (!strategy_) {
     if (const int64_t world_size = external_world_size(); world_size > 1) {
@@ -118,7 +136,7 @@ std::unique_ptr<Trainer::Run> Trainer::begin(const std::shared_ptr<LightningModu
     // that looks after rank 0 created its folder picks another: rank 0 decides.
     agreed_log_dir_ = strategy_->all_gather_bytes(log_dir()).at(0);
   }
-  if (options_.seed()) seed_everything(*options_.seed(), options_.deterministic());
+  if (options_.seed()) seed_everything(*options_.seed());
   module_ = module.get();
 
   auto callbacks = options_.callbacks();

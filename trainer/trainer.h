@@ -118,7 +118,7 @@ class Trainer {
   std::shared_ptr<PredictionLoop> prediction_loop_;
 };
 
-// Seeds torch's global generator (and sets deterministic algorithms if asked).
-void seed_everything(uint64_t seed, bool deterministic = false);
+// Seeds torch's global generator.
+void seed_everything(uint64_t seed);
 
 }  // namespace lt
