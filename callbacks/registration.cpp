@@ -3,6 +3,7 @@
 #include <lightning_cpp/callbacks/early_stopping.h>
 #include <lightning_cpp/callbacks/lr_monitor.h>
 #include <lightning_cpp/callbacks/model_checkpoint.h>
+#include <lightning_cpp/callbacks/model_summary.h>
 #include <lightning_cpp/callbacks/progress_bar.h>
 #include <lightning_cpp/callbacks/timer.h>
 #include <lightning_cpp/core/registry.h>
@@ -14,6 +15,7 @@ void register_builtin_callbacks(Registry& r) {
   const ModelCheckpointOptions mc;
   const LearningRateMonitorOptions lrm;
   const ProgressBarOptions pb;
+  const ModelSummaryOptions summary;
   const TimerOptions timer;
   r.add<Callback>(
       "EarlyStopping", "stop fit when a monitored metric stops improving",
@@ -86,6 +88,11 @@ void register_builtin_callbacks(Registry& r) {
                   ArgSchema().add_int("refresh_rate", pb.refresh_rate(), "redraw every n batches"),
                   [](const InitArgs& a) {
                     return std::make_shared<ProgressBar>(ProgressBarOptions().refresh_rate(a.get_int("refresh_rate")));
+                  });
+  r.add<Callback>("ModelSummary", "the model's layers and parameter counts, printed at the start of fit",
+                  ArgSchema().add_int("max_depth", summary.max_depth(), "layers nested this deep (-1: all, 0: none)"),
+                  [](const InitArgs& a) {
+                    return std::make_shared<ModelSummary>(ModelSummaryOptions().max_depth(a.get_int("max_depth")));
                   });
   r.add<Callback>("Timer", "stop fit after a maximum duration",
                   ArgSchema()

@@ -279,6 +279,7 @@ const ArgSchema& trainer_schema() {
         .add_bool("handle_signals", d.handle_signals(), "SIGINT/SIGTERM: stop at the next step, write interrupted.ckpt")
         .add_int("log_every_n_steps", d.log_every_n_steps(), "logger interval in optimizer steps")
         .add_bool("enable_progress_bar", d.enable_progress_bar(), "add a ProgressBar if none is configured")
+        .add_bool("enable_model_summary", d.enable_model_summary(), "add a ModelSummary if none is configured")
         .add_bool("use_distributed_sampler", d.use_distributed_sampler(),
                   "ddp: shard each loader by rank (false: loaders as given, e.g. per-rank data)")
         .add_bool("enable_checkpointing", true, "fit: add a ModelCheckpoint if none is configured");
@@ -312,7 +313,8 @@ TrainerOptions trainer_options_from(const InitArgs& a) {
       .devices(a.get_int("devices"))
       .num_nodes(a.get_int("num_nodes"))
       .log_every_n_steps(a.get_int("log_every_n_steps"))
-      .enable_progress_bar(a.get_bool("enable_progress_bar"));
+      .enable_progress_bar(a.get_bool("enable_progress_bar"))
+      .enable_model_summary(a.get_bool("enable_model_summary"));
   o.handle_signals(a.get_bool("handle_signals"));
   o.use_distributed_sampler(a.get_bool("use_distributed_sampler"));
   const std::string& nonfinite = a.get_string("on_nonfinite");

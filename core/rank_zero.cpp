@@ -21,15 +21,27 @@ int64_t rank_zero_env_rank() {
   return 0;
 }
 
-void rank_zero_info_message(const std::string& message) {
-  std::fprintf(stdout, "%s\n", message.c_str());
-  std::fflush(stdout);
-}
-
 namespace {
 std::mutex g_warning_mutex;
 WarningHandler g_warning_handler;  // guarded by g_warning_mutex
+WarningHandler g_info_handler;     // guarded by g_warning_mutex
 }  // namespace
+
+WarningHandler set_info_handler(WarningHandler handler) {
+  std::lock_guard<std::mutex> lock(g_warning_mutex);
+  std::swap(handler, g_info_handler);
+  return handler;
+}
+
+void rank_zero_info_message(const std::string& message) {
+  std::lock_guard<std::mutex> lock(g_warning_mutex);
+  if (g_info_handler) {
+    g_info_handler(message);
+    return;
+  }
+  std::fprintf(stdout, "%s\n", message.c_str());
+  std::fflush(stdout);
+}
 
 WarningHandler set_warning_handler(WarningHandler handler) {
   std::lock_guard<std::mutex> lock(g_warning_mutex);

@@ -28,6 +28,9 @@ void warn_message(const std::string& message);             // each text once, to
 // an empty handler restores stderr.
 using WarningHandler = std::function<void(const std::string& message)>;
 WarningHandler set_warning_handler(WarningHandler handler);
+// Where rank-zero info lines go: stdout unless a handler is set (the same
+// contract as set_warning_handler).
+WarningHandler set_info_handler(WarningHandler handler);
 
 template <typename... Args>
 void rank_zero_info(const Args&... args) {

@@ -62,6 +62,8 @@ struct TrainerOptions {
   TORCH_ARG(bool, handle_signals) = true;
   // A ProgressBar unless one is among the callbacks (Lightning's default).
   TORCH_ARG(bool, enable_progress_bar) = true;
+  // A ModelSummary unless one is among the callbacks (Lightning's default).
+  TORCH_ARG(bool, enable_model_summary) = true;
   // Lightning's: true, a strategy that shards (DDP) replaces each loader's
   // sequential or random sampler by its rank's shard; false, every loader is
   // used as given (per-rank datasets, a sampler that shards by itself). The

@@ -35,7 +35,7 @@ const char* kTrainerKeys =
     "check_val_every_n_epoch, limit_train_batches, limit_val_batches, limit_test_batches, limit_predict_batches, "
     "num_sanity_val_steps, deterministic, default_root_dir, accelerator, devices, num_nodes, uneven_inputs, "
     "join_enable, join_throw_on_early_termination, join_divide_by_initial_world_size, on_nonfinite, handle_signals, "
-    "log_every_n_steps, enable_progress_bar, use_distributed_sampler, enable_checkpointing";
+    "log_every_n_steps, enable_progress_bar, enable_model_summary, use_distributed_sampler, enable_checkpointing";
 
 // -- config errors: a dozen bad files ---------------------------------------------------------
 
@@ -80,7 +80,8 @@ TEST_F(CliTest, BadChoiceSuggestsValid) {
 TEST_F(CliTest, UnknownCallbackClass) {
   expect_config_error("model: TinyNet\ndata: TinyData\ncallbacks:\n  - class_path: EarlyStoping\n",
                       "{f}:4: callbacks[0].class_path: unknown callback 'EarlyStoping'; did you mean 'EarlyStopping'? "
-                      "(registered callbacks: EarlyStopping, LearningRateMonitor, ModelCheckpoint, ProgressBar, Timer)");
+                      "(registered callbacks: EarlyStopping, LearningRateMonitor, ModelCheckpoint, ModelSummary, "
+                      "ProgressBar, Timer)");
 }
 
 TEST_F(CliTest, FloatArgRejectsWord) {

@@ -48,14 +48,17 @@ Trainer::Trainer(TrainerOptions options)
     ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);  // what deterministic cuBLAS needs
   }
   // Lightning's default callbacks, made by name (callbacks sit above the
-  // Trainer, which knows them only as lt::Callback): a progress bar unless
-  // one is given.
+  // Trainer, which knows them only as lt::Callback): a progress bar and a
+  // model summary unless given.
   auto callbacks = options_.callbacks();
   const auto given = [&](const std::string& name) {
     return std::any_of(callbacks.begin(), callbacks.end(), [&](const auto& c) { return c->name() == name; });
   };
   if (options_.enable_progress_bar() && !given("ProgressBar")) {
     callbacks.push_back(Registry::global().create<Callback>("ProgressBar"));
+  }
+  if (options_.enable_model_summary() && !given("ModelSummary")) {
+    callbacks.push_back(Registry::global().create<Callback>("ModelSummary"));
   }
   options_.callbacks(std::move(callbacks));
   strategy_ = options_.strategy();
