@@ -111,7 +111,7 @@ std::set<std::string> ModelCheckpoint::kept_files() const {
 }
 
 void ModelCheckpoint::on_train_start(Trainer& trainer, LightningModule& /*module*/) {
-  if (!trainer.is_global_zero()) return;
+  if (!trainer.is_global_zero() || trainer.options().fast_dev_run() > 0) return;
   std::set<std::string> kept;
   bool first = true;
   for (const auto& callback : trainer.callbacks()) {
@@ -188,6 +188,7 @@ void ModelCheckpoint::on_train_epoch_end(Trainer& trainer, LightningModule& /*mo
 
 void ModelCheckpoint::save(Trainer& trainer) {
   if (trainer.state().sanity_checking || trainer.state().stage != Stage::kTrain) return;
+  if (trainer.options().fast_dev_run() > 0) return;  // Lightning's: checkpointing is suppressed
   // Accumulation leaves global_step unchanged across micro-batches; the epoch
   // end may coincide with a step save.
   if (last_global_step_saved_ == trainer.global_step()) return;

@@ -112,6 +112,11 @@ ArgValue parse_arg(const ArgSpec& spec, const ConfigNode& node, const std::strin
       if (auto i = parse_int(s)) return *i;
       if (auto f = parse_float(s)) return *f;
       break;
+    case ArgType::kIntOrBool:
+      if (node.quoted) break;
+      if (auto i = parse_int(s)) return *i;
+      if (auto b = parse_bool(s)) return int64_t{*b ? 1 : 0};
+      break;
     case ArgType::kString:
       if (!spec.choices.empty() && std::find(spec.choices.begin(), spec.choices.end(), s) == spec.choices.end()) {
         std::string msg = c10::str("expected one of ", c10::Join(", ", spec.choices), ", got '", s, "'");
@@ -262,6 +267,8 @@ const ArgSchema& trainer_schema() {
         .add_int_or_float("limit_test_batches", foc(d.limit_test_batches()), "fraction or count")
         .add_int_or_float("limit_predict_batches", foc(d.limit_predict_batches()), "fraction or count")
         .add_int("num_sanity_val_steps", d.num_sanity_val_steps(), "validation batches before fit; -1: all")
+        .add_int_or_bool("fast_dev_run", d.fast_dev_run(), "n batches of each loop, nothing written (true: 1)")
+        .add_int_or_float("overfit_batches", foc(d.overfit_batches()), "train and validate on this much data")
         .add_bool("deterministic", d.deterministic(), "deterministic algorithms only")
         .add_string("default_root_dir", d.default_root_dir(), "where logs and checkpoints go")
         .add_string("accelerator", d.accelerator(), "device type", {"cpu", "cuda", "auto"})
@@ -307,6 +314,8 @@ TrainerOptions trainer_options_from(const InitArgs& a) {
       .limit_test_batches(to_foc(a.get("limit_test_batches")))
       .limit_predict_batches(to_foc(a.get("limit_predict_batches")))
       .num_sanity_val_steps(a.get_int("num_sanity_val_steps"))
+      .fast_dev_run(a.get_int("fast_dev_run"))
+      .overfit_batches(to_foc(a.get("overfit_batches")))
       .deterministic(a.get_bool("deterministic"))
       .default_root_dir(a.get_string("default_root_dir"))
       .accelerator(a.get_string("accelerator"))
@@ -522,7 +531,8 @@ class SaveConfigCallback : public Callback {
   explicit SaveConfigCallback(std::string yaml) : yaml_(std::move(yaml)) {}
   std::string name() const override { return "SaveConfigCallback"; }
   void setup(Trainer& trainer, LightningModule&, Stage stage) override {
-    if (stage != Stage::kTrain || !trainer.is_global_zero()) return;
+    // fast_dev_run writes nothing (Lightning's suppressed logging).
+    if (stage != Stage::kTrain || !trainer.is_global_zero() || trainer.options().fast_dev_run() > 0) return;
     fs::create_directories(trainer.log_dir());
     replace_file((fs::path(trainer.log_dir()) / "config.yaml").string(), yaml_);
   }

@@ -22,6 +22,7 @@ const char* arg_type_name(ArgType type) {
     case ArgType::kFloat: return "a number";
     case ArgType::kString: return "a string";
     case ArgType::kIntOrFloat: return "an integer (a count) or a float (a fraction)";
+    case ArgType::kIntOrBool: return "an integer or a boolean (true: 1)";
     case ArgType::kStringList: return "a list of strings";
   }
   return "?";
@@ -102,6 +103,10 @@ ArgSchema& ArgSchema::add_int_or_float(std::string name, ArgValue default_value,
   LT_CHECK(std::holds_alternative<int64_t>(default_value) || std::holds_alternative<double>(default_value),
            "ArgSchema: the default of '", name, "' must be an integer or a float");
   return add(spec_of(std::move(name), ArgType::kIntOrFloat, std::move(default_value), std::move(doc)));
+}
+
+ArgSchema& ArgSchema::add_int_or_bool(std::string name, int64_t default_value, std::string doc) {
+  return add(spec_of(std::move(name), ArgType::kIntOrBool, default_value, std::move(doc)));
 }
 
 ArgSchema& ArgSchema::add_string_list(std::string name, std::vector<std::string> default_value, std::string doc) {

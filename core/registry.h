@@ -39,7 +39,7 @@ struct TrainerOptions;
 
 // -- init-args schema -----------------------------------------------------------
 
-enum class ArgType { kBool, kInt, kFloat, kString, kIntOrFloat, kStringList };
+enum class ArgType { kBool, kInt, kFloat, kString, kIntOrFloat, kIntOrBool, kStringList };
 const char* arg_type_name(ArgType type);  // "an integer", "a float", ...
 
 // A value of an init arg; std::monostate is YAML's null.
@@ -67,6 +67,8 @@ class ArgSchema {
                         std::vector<std::string> choices = {});
   // Lightning's `int | float` (a batch count or a fraction).
   ArgSchema& add_int_or_float(std::string name, ArgValue default_value, std::string doc);
+  // An integer, or a boolean read as 1 (true) or 0 (false): Lightning's fast_dev_run.
+  ArgSchema& add_int_or_bool(std::string name, int64_t default_value, std::string doc);
   ArgSchema& add_string_list(std::string name, std::vector<std::string> default_value, std::string doc);
   // An argument without a default: the config must give it.
   ArgSchema& add_required(std::string name, ArgType type, std::string doc);

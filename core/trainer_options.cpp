@@ -47,6 +47,8 @@ void TrainerOptions::validate() const {
   check_limit(limit_val_batches_, "limit_val_batches");
   check_limit(limit_test_batches_, "limit_test_batches");
   check_limit(limit_predict_batches_, "limit_predict_batches");
+  LT_CHECK_VALUE(fast_dev_run_ >= 0, "trainer.fast_dev_run must be >= 0 batches (0: off), got ", fast_dev_run_);
+  check_limit(overfit_batches_, "overfit_batches");
   LT_CHECK_VALUE(num_sanity_val_steps_ >= -1, "trainer.num_sanity_val_steps must be >= -1 (-1: all), got ",
                  num_sanity_val_steps_);
   device_type();  // names the valid accelerators when this one is none of them

@@ -45,6 +45,14 @@ struct TrainerOptions {
   TORCH_ARG(FractionOrCount, limit_test_batches) = 1.0;
   TORCH_ARG(FractionOrCount, limit_predict_batches) = 1.0;
   TORCH_ARG(int64_t, num_sanity_val_steps) = 2;
+  // Lightning's fast_dev_run: n > 0 runs n batches of training, validation,
+  // test and predict (one epoch, n steps, no sanity check), with logging and
+  // checkpointing suppressed; a smoke test of the whole run. YAML true is 1.
+  TORCH_ARG(int64_t, fast_dev_run) = 0;
+  // Lightning's overfit_batches: a fraction or count > 0 trains and validates
+  // on only that much data, in order (a shuffling training loader is made
+  // sequential, with a warning): can the model fit a few batches at all?
+  TORCH_ARG(FractionOrCount, overfit_batches) = 0.0;
   TORCH_ARG(std::optional<uint64_t>, seed) = std::nullopt;
   TORCH_ARG(bool, deterministic) = false;
   TORCH_ARG(std::string, default_root_dir) = ".";

@@ -31,11 +31,13 @@ using lt::testing::TinyData;
 using lt::testing::TinyNet;
 
 const char* kTrainerKeys =
-    "max_epochs, max_steps, accumulate_grad_batches, gradient_clip_val, gradient_clip_algorithm, val_check_interval, "
-    "check_val_every_n_epoch, limit_train_batches, limit_val_batches, limit_test_batches, limit_predict_batches, "
-    "num_sanity_val_steps, deterministic, default_root_dir, accelerator, devices, num_nodes, uneven_inputs, "
-    "join_enable, join_throw_on_early_termination, join_divide_by_initial_world_size, on_nonfinite, handle_signals, "
-    "log_every_n_steps, enable_progress_bar, enable_model_summary, use_distributed_sampler, enable_checkpointing";
+    "max_epochs, max_steps, accumulate_grad_batches, gradient_clip_val, gradient_clip_algorithm, "
+    "val_check_interval, check_val_every_n_epoch, limit_train_batches, limit_val_batches, "
+    "limit_test_batches, limit_predict_batches, num_sanity_val_steps, fast_dev_run, overfit_batches, "
+    "deterministic, default_root_dir, accelerator, devices, num_nodes, uneven_inputs, join_enable, "
+    "join_throw_on_early_termination, join_divide_by_initial_world_size, on_nonfinite, handle_signals, "
+    "log_every_n_steps, enable_progress_bar, enable_model_summary, use_distributed_sampler, "
+    "enable_checkpointing";
 
 // -- config errors: a dozen bad files ---------------------------------------------------------
 
@@ -362,6 +364,24 @@ TEST_F(CliTest, FashionMnistConfigsResolve) {
   const CliResult r = cli({"fit", "--config", std::string(LT_SOURCE_DIR) + "/configs/fashion_mnist_mlp.yaml", "--print_config"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("class_path: MlpClassifier"), std::string::npos) << r.out;
+}
+
+}  // namespace
+
+namespace {
+
+// fast_dev_run: true as in Lightning's YAML (1 batch of each loop), and nothing written.
+TEST_F(CliTest, FastDevRunTrueRunsOneBatchAndWritesNothing) {
+  const std::string a = write("a.yaml", "model: TinyNet\ndata: TinyData\ntrainer: {fast_dev_run: true}\n"
+                                        "callbacks: [{class_path: ModelCheckpoint, init_args: {save_last: true}}]\n");
+  const CliResult r = cli({"fit", "--config", a});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(listing(), std::vector<std::string>{"a.yaml"});
+  const CliResult printed = cli({"fit", "--config", a, "--print_config"});
+  EXPECT_NE(printed.out.find("fast_dev_run: 1"), std::string::npos) << printed.out;
+  fs::remove(a);
+  expect_config_error("model: TinyNet\ndata: TinyData\ntrainer: {fast_dev_run: maybe}\n",
+                      "{f}:3: trainer.fast_dev_run: expected an integer or a boolean (true: 1), got 'maybe'");
 }
 
 }  // namespace

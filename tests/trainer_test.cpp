@@ -1,6 +1,7 @@
 // Core trainer behaviour on one process: parity with a hand-written LibTorch
 // loop, hook order, step/batch limits, validation cadence, replaceable loops.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +15,7 @@
 #include <lightning_cpp/core/blas.h>
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/rank_zero.h>
+#include <lightning_cpp/loggers/csv.h>
 #include <lightning_cpp/trainer/checkpoint.h>
 #include <lightning_cpp/trainer/trainer.h>
 
@@ -691,6 +693,65 @@ TEST(Deterministic, TakesEffectWithoutASeed) {
   EXPECT_TRUE(at::globalContext().deterministicAlgorithms());
   EXPECT_FALSE(at::globalContext().deterministicAlgorithmsWarnOnly());
   at::globalContext().setDeterministicAlgorithms(false, false);
+}
+
+}  // namespace
+
+namespace {
+
+// Lightning's fast_dev_run: n batches of each loop, one epoch, no sanity
+// check, and nothing written: no checkpoint, no log folder, no metrics.
+TEST_F(TrainerTest, FastDevRunRunsNBatchesOfEachLoopAndWritesNothing) {
+  char tmpl[] = "/tmp/lt_fast_dev_run_XXXXXX";
+  const std::filesystem::path dir = ::mkdtemp(tmpl);
+  auto model = std::make_shared<Regressor>();
+  auto options = lt::TrainerOptions()
+                     .fast_dev_run(2)
+                     .max_epochs(5)
+                     .default_root_dir(dir.string())
+                     .logger(std::make_shared<lt::CSVLogger>(lt::CSVLoggerOptions(dir.string())))
+                     .callbacks({std::make_shared<lt::ModelCheckpoint>(lt::ModelCheckpointOptions().save_last(true))})
+                     .enable_progress_bar(false);
+  lt::Trainer trainer(options);
+  trainer.fit(model, loader(regression_data(40), 4), loader(regression_data(40, 8), 4));
+  EXPECT_EQ(trainer.global_step(), 2);
+  EXPECT_EQ(model->training_steps, 2);
+  EXPECT_EQ(model->validation_steps, 2) << "no sanity check, one validation of 2 batches";
+  trainer.validate(model, loader(regression_data(40, 8), 4));
+  EXPECT_EQ(model->validation_steps, 4);
+  EXPECT_TRUE(std::filesystem::is_empty(dir)) << "fast_dev_run wrote into " << dir;
+  std::filesystem::remove_all(dir);
+  // n = 0 is off; negative counts are refused.
+  EXPECT_THROW(lt::Trainer(lt::TrainerOptions().fast_dev_run(-1)), lt::ValueError);
+}
+
+// Lightning's overfit_batches: the same first batches every epoch, for
+// training and validation, whatever the loader's shuffle.
+TEST_F(TrainerTest, OverfitBatchesTrainsOnTheSameFirstBatchesInOrder) {
+  class Recorder : public Regressor {
+   public:
+    torch::Tensor training_step(const Batch& batch, int64_t i) override {
+      seen.push_back(batch.data[0][0].item<float>());
+      return Regressor::training_step(batch, i);
+    }
+    std::vector<float> seen;
+  };
+  auto data = regression_data(40);
+  auto shuffled = std::make_shared<lt::DataLoader>(data, lt::DataLoaderOptions(4).shuffle(true).seed(3));
+  auto model = std::make_shared<Recorder>();
+  std::vector<std::string> warnings;
+  auto previous = lt::set_warning_handler([&](const std::string& m) { warnings.push_back(m); });
+  lt::Trainer trainer(lt::TrainerOptions().overfit_batches(3).max_epochs(3).num_sanity_val_steps(0)
+                          .enable_progress_bar(false).enable_model_summary(false));
+  trainer.fit(model, shuffled, loader(regression_data(40, 8), 4));
+  lt::set_warning_handler(previous);
+  std::vector<float> first;
+  for (int64_t i = 0; i < 3; ++i) first.push_back(data->data()[i * 4][0].item<float>());
+  ASSERT_EQ(model->seen.size(), 9u);
+  for (size_t i = 0; i < 9; ++i) EXPECT_EQ(model->seen[i], first[i % 3]) << "batch " << i;
+  EXPECT_EQ(model->validation_steps, 9) << "3 validation batches per epoch";
+  ASSERT_FALSE(warnings.empty());
+  EXPECT_NE(warnings[0].find("We are turning off the training dataloader shuffling for you."), std::string::npos);
 }
 
 }  // namespace

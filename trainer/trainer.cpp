@@ -11,6 +11,8 @@
 #include <lightning_cpp/core/rank_zero.h>
 #include <lightning_cpp/core/registry.h>
 #include <lightning_cpp/core/signals.h>
+#include <lightning_cpp/data/data_loader.h>
+#include <lightning_cpp/data/sampler.h>
 #include <lightning_cpp/plugins/environments/cluster_environment.h>
 #include <lightning_cpp/plugins/strategies/ddp.h>
 #include <lightning_cpp/plugins/strategies/single_device.h>
@@ -47,6 +49,15 @@ Trainer::Trainer(TrainerOptions options)
     at::globalContext().setBenchmarkCuDNN(false);
     ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);  // what deterministic cuBLAS needs
   }
+  if (const int64_t n = options_.fast_dev_run(); n > 0) {
+    // As Lightning: the limits, one epoch of n steps, nothing written.
+    options_.limit_train_batches(n).limit_val_batches(n).limit_test_batches(n).limit_predict_batches(n);
+    options_.max_epochs(1).max_steps(n).num_sanity_val_steps(0).val_check_interval(1.0).check_val_every_n_epoch(1);
+    options_.logger(nullptr);
+    rank_zero_info("Running in `fast_dev_run` mode: will run the requested loop using ", n,
+                   " batch(es). Logging and checkpointing is suppressed.");
+  }
+  if (overfits()) options_.limit_train_batches(options_.overfit_batches()).limit_val_batches(options_.overfit_batches());
   // Lightning's default callbacks, made by name (callbacks sit above the
   // Trainer, which knows them only as lt::Callback): a progress bar and a
   // model summary unless given.
@@ -122,8 +133,20 @@ std::string Trainer::resolve_ckpt_path(const std::string& ckpt_path, Run& run, b
   return path;
 }
 
+bool Trainer::overfits() const {
+  const FractionOrCount& overfit = options_.overfit_batches();
+  return overfit.is_count() ? overfit.count() > 0 : overfit.fraction() > 0.0;
+}
+
 std::shared_ptr<DataLoader> Trainer::prepare_loader(std::shared_ptr<DataLoader> loader, Stage stage) {
-  if (loader) strategy_->process_dataloader(*loader, stage, options_);
+  if (!loader) return loader;
+  if (overfits() && (stage == Stage::kTrain || stage == Stage::kValidate) && dynamic_cast<const RandomSampler*>(loader->sampler().get()) != nullptr) {
+    const char* which = stage == Stage::kTrain ? "training" : "validation";
+    rank_zero_warn("You requested to overfit but enabled ", which, " dataloader shuffling. We are turning off the ",
+                   which, " dataloader shuffling for you.");
+    loader->set_sampler(std::make_shared<SequentialSampler>(loader->dataset()->size()));
+  }
+  strategy_->process_dataloader(*loader, stage, options_);
   return loader;
 }
 
@@ -241,7 +264,7 @@ void Trainer::fail(Run& run, const std::exception& caught) {
   } catch (const std::exception& e) {
     run.hooks.call(&Callback::on_exception, e);
     const bool interrupted = dynamic_cast<const Interrupted*>(&e) != nullptr;
-    if (interrupted && run.stage == Stage::kTrain) {
+    if (interrupted && run.stage == Stage::kTrain && options_.fast_dev_run() == 0) {
       // Every rank left the loop at the same step boundary, so the
       // checkpoint's collectives (barrier) are safe here.
       std::filesystem::create_directories(options_.default_root_dir());

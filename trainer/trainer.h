@@ -103,6 +103,7 @@ class Trainer {
   // ckpt_path): "last", if there is one yet.
   std::string resolve_ckpt_path(const std::string& ckpt_path, Run& run, bool restarted = false);
   std::shared_ptr<DataLoader> prepare_loader(std::shared_ptr<DataLoader> loader, Stage stage);
+  bool overfits() const;  // overfit_batches > 0
   std::map<std::string, double> evaluate(const std::shared_ptr<LightningModule>& module,
                                          std::shared_ptr<DataLoader> loader, Stage stage, const std::string& ckpt_path);
 
