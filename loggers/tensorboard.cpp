@@ -112,8 +112,8 @@ class ProtoWriter {
 
 // Field numbers and enum values, from tensorboard/compat/proto/event.proto and
 // summary.proto, tensorboard/plugins/hparams/plugin_data.proto and api.proto,
-// and google/protobuf/struct.proto. Proto3 zero values are left out, as
-// protobuf does; a oneof member is always written.
+// and google/protobuf/struct.proto. A proto3 reader takes a field at its zero
+// value written or left out; a oneof member must be written to be set.
 namespace event {
 constexpr int kWallTime = 1, kStep = 2, kFileVersion = 3, kSummary = 5, kSessionLog = 7;
 }

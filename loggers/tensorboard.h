@@ -16,9 +16,10 @@
 // A resumed run (continue_previous) writes a new events file in the newest
 // version folder; TensorBoard reads every events file of a folder as one run.
 // Restored from a checkpoint of that version, it first writes a
-// SessionLog START at the step after the checkpoint's last logged step, so
-// that TensorBoard drops the steps the interrupted run logged after the
-// checkpoint (the purge_step of PyTorch's SummaryWriter).
+// SessionLog START at the step after the checkpoint's last logged step (the
+// purge_step of PyTorch's SummaryWriter): TensorBoard drops what the
+// interrupted run logged at that step and after (the legacy loader at the
+// START, the data server per tag as the resumed run logs it again).
 
 #include <cstdint>
 #include <map>
@@ -83,11 +84,10 @@ class TensorBoardLogger : public Logger {
   mutable std::optional<int64_t> version_;
   HParams hparams_;
   std::string events_file_;
-  std::string pending_;              // framed records not yet appended
+  std::string pending_;  // framed records not yet appended
   int64_t log_calls_since_flush_ = 0;
-  double last_flush_time_ = 0;       // unix seconds
-  int64_t last_step_ = -1;           // highest step given to log_metrics
-  std::optional<int64_t> purge_step_;  // a SessionLog START to write first
+  double last_flush_time_ = 0;  // unix seconds
+  int64_t last_step_ = -1;      // the highest step given to log_metrics
 };
 
 }  // namespace lt
