@@ -176,13 +176,15 @@ ProtoWriter new_event() { return std::move(ProtoWriter().double_field(event::kWa
 
 // An Event holding one hparams plugin summary.
 std::string hparams_event(const char* tag, int data_field, const ProtoWriter& data) {
+  // The plugin's content is a serialized HParamsPluginData (version 0).
   const ProtoWriter content = ProtoWriter().message_field(data_field, data);
-  const ProtoWriter metadata = ProtoWriter().message_field(
-      summary_metadata::kPluginData,
-      ProtoWriter().bytes_field(plugin_data::kPluginName, kHparamsPluginName).bytes_field(plugin_data::kContent,
-                                                                                          content.str()));
-  const ProtoWriter value =
-      ProtoWriter().bytes_field(summary_value::kTag, tag).message_field(summary_value::kMetadata, metadata);
+  const ProtoWriter plugin = ProtoWriter()
+                                 .bytes_field(plugin_data::kPluginName, kHparamsPluginName)
+                                 .bytes_field(plugin_data::kContent, content.str());
+  const ProtoWriter value = ProtoWriter()
+                                .bytes_field(summary_value::kTag, tag)
+                                .message_field(summary_value::kMetadata,
+                                               ProtoWriter().message_field(summary_metadata::kPluginData, plugin));
   return new_event().message_field(event::kSummary, ProtoWriter().message_field(summary::kValue, value)).str();
 }
 
