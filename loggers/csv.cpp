@@ -6,16 +6,14 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include <yaml-cpp/yaml.h>
-
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/files.h>
+#include <lightning_cpp/loggers/utilities.h>
 
 namespace lt {
 
@@ -62,19 +60,6 @@ std::vector<std::string> csv_fields(const std::string& line) {
   }
   return out;
 }
-
-// The highest N of <root>/version_N, or -1 if there is none.
-int64_t newest_version(const fs::path& root) {
-  int64_t newest = -1;
-  std::error_code ec;
-  static const std::regex kVersion(R"(version_(\d+))");
-  for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
-    std::smatch m;
-    const std::string name = it->path().filename().string();
-    if (it->is_directory() && std::regex_match(name, m, kVersion)) newest = std::max<int64_t>(newest, std::stoll(m[1]));
-  }
-  return newest;
-}
 }  // namespace
 
 CSVLogger::CSVLogger(CSVLoggerOptions options) : options_(std::move(options)) {
@@ -95,12 +80,12 @@ CSVLogger::~CSVLogger() {
 }
 
 int64_t CSVLogger::version() const {
-  if (!version_) version_ = newest_version(fs::path(options_.save_dir()) / options_.name()) + 1;
+  if (!version_) version_ = newest_version(options_.save_dir(), options_.name()) + 1;
   return *version_;
 }
 
 void CSVLogger::continue_previous() {
-  if (!version_) version_ = std::max<int64_t>(newest_version(fs::path(options_.save_dir()) / options_.name()), 0);
+  if (!version_) version_ = std::max<int64_t>(newest_version(options_.save_dir(), options_.name()), 0);
   if (rows_.empty() && !header_written_) read_metrics();
 }
 
@@ -162,12 +147,7 @@ void CSVLogger::log_metrics(const std::map<std::string, double>& metrics, int64_
 void CSVLogger::log_hyperparams(const HParams& params) {
   for (const auto& [k, v] : params) hparams_[k] = v;
   fs::create_directories(log_dir());
-  YAML::Emitter out;
-  out << YAML::BeginMap;
-  for (const auto& [k, v] : hparams_) out << YAML::Key << k << YAML::Value << v;
-  out << YAML::EndMap;
-  replace_file((fs::path(log_dir()) / kHparamsFile).string(),
-               (hparams_.empty() ? std::string("{}") : std::string(out.c_str())) + "\n");
+  save_hparams_to_yaml((fs::path(log_dir()) / kHparamsFile).string(), hparams_);
 }
 
 void CSVLogger::write_metrics() {

@@ -7,6 +7,7 @@ packages=(
   libtorch-dev libgloo-dev          # LibTorch 1.13 (CPU) and the Gloo headers c10d needs
   libyaml-cpp-dev libspdlog-dev libcli11-dev libgtest-dev zlib1g-dev
   python3-torch                     # /usr/bin/python3 + torch 1.13: the oracle in tests and benchmarks
+  python3-protobuf protobuf-compiler  # tests only: decode TensorBoardLogger's event files apart from our encoder
   dataset-fashion-mnist             # /usr/share/datasets/fashion-mnist
   libopenblas0-openmp               # the BLAS LibTorch calls (libblas.so.3); see below
 )

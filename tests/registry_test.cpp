@@ -25,6 +25,7 @@ TEST(Registry, GlobalHasTheBuiltinsWithoutStaticRegistrars) {
   }
   EXPECT_TRUE(r.contains<lt::Logger>("CSVLogger"));
   EXPECT_TRUE(r.contains<lt::Logger>("ConsoleLogger"));
+  EXPECT_TRUE(r.contains<lt::Logger>("TensorBoardLogger"));
   EXPECT_TRUE(r.contains<lt::FitLoop>("FitLoop"));
   EXPECT_EQ(&r, &lt::Registry::global());
 }
@@ -49,7 +50,8 @@ TEST(Registry, UnknownNameListsKnownOnes) {
     FAIL();
   } catch (const lt::ValueError& e) {
     EXPECT_EQ(std::string(e.what()),
-              "unknown logger 'CsvLogger'; did you mean 'CSVLogger'? (registered loggers: CSVLogger, ConsoleLogger)");
+              "unknown logger 'CsvLogger'; did you mean 'CSVLogger'? "
+              "(registered loggers: CSVLogger, ConsoleLogger, TensorBoardLogger)");
   }
   auto es = r.create<lt::Callback>("EarlyStopping");
   EXPECT_EQ(es->name(), "EarlyStopping");

@@ -1,0 +1,21 @@
+#pragma once
+// What the file loggers (CSVLogger, TensorBoardLogger) share: the version
+// folders under <save_dir>/<name> and hparams.yaml, laid out as Lightning's
+// loggers lay them out.
+
+#include <cstdint>
+#include <string>
+
+#include <lightning_cpp/core/types.h>
+
+namespace lt {
+
+// The highest N of the folders <save_dir>/<name>/version_N, or -1 if there
+// is none (or no such folder). The next free version is that + 1.
+int64_t newest_version(const std::string& save_dir, const std::string& name);
+
+// Replaces `path` (atomically, core/files.h) with `params` as a YAML map;
+// "{}" when there are none.
+void save_hparams_to_yaml(const std::string& path, const HParams& params);
+
+}  // namespace lt
