@@ -14,6 +14,7 @@
 #include <lightning_cpp/core/files.h>
 #include <lightning_cpp/core/rank_zero.h>
 #include <lightning_cpp/core/registry.h>
+#include <lightning_cpp/loggers/logger_collection.h>
 #include <lightning_cpp/loops/fit_loop.h>
 #include <lightning_cpp/plugins/environments/cluster_environment.h>
 #include <lightning_cpp/plugins/launchers/error_file.h>
@@ -458,7 +459,8 @@ ConfigNode resolve_config(const ConfigNode& config, const Registry& registry, co
   }
   out.set("callbacks", callbacks);
 
-  // logger: true/null -> CSVLogger, false -> none.
+  // logger: true/null -> CSVLogger and TensorBoardLogger, false -> none; one
+  // logger or a list of them (a LoggerCollection).
   const ConfigNode* logger = root.find("logger");
   std::optional<bool> logger_flag;
   if (logger == nullptr || logger->is_null()) logger_flag = true;
@@ -466,8 +468,18 @@ ConfigNode resolve_config(const ConfigNode& config, const Registry& registry, co
   if (logger_flag == false) {
     out.set("logger", ConfigNode::scalar("false", logger->source));
   } else if (logger_flag == true) {
-    out.set("logger", resolve_class<Logger>(ConfigNode::scalar("CSVLogger", logger ? logger->source : ConfigSource{}),
-                                            "logger", registry));
+    ConfigNode defaults = ConfigNode::list(logger ? logger->source : ConfigSource{});
+    for (const char* name : {"CSVLogger", "TensorBoardLogger"}) {
+      defaults.items.push_back(resolve_class<Logger>(ConfigNode::scalar(name, defaults.source), "logger", registry));
+    }
+    out.set("logger", defaults);
+  } else if (logger->is_list()) {
+    if (logger->items.empty()) fail(logger->source, "logger", "an empty list; say false for no logger");
+    ConfigNode list = ConfigNode::list(logger->source);
+    for (size_t i = 0; i < logger->items.size(); ++i) {
+      list.items.push_back(resolve_class<Logger>(logger->items[i], c10::str("logger[", i, "]"), registry));
+    }
+    out.set("logger", list);
   } else {
     out.set("logger", resolve_class<Logger>(*logger, "logger", registry));
   }
@@ -569,6 +581,13 @@ RunObjects build_run(const ConfigNode& resolved, const Registry& registry, const
 
   const ConfigNode& logger = *resolved.find("logger");
   if (logger.is_map()) run.trainer.logger(build_class<Logger>(logger, "logger", registry, &run.trainer));
+  if (logger.is_list()) {
+    std::vector<std::shared_ptr<Logger>> loggers;
+    for (size_t i = 0; i < logger.items.size(); ++i) {
+      loggers.push_back(build_class<Logger>(logger.items[i], c10::str("logger[", i, "]"), registry, &run.trainer));
+    }
+    run.trainer.logger(std::make_shared<LoggerCollection>(std::move(loggers)));
+  }
   run.trainer.strategy(build_class<Strategy>(*resolved.find("strategy"), "strategy", registry, &run.trainer));
   run.fit_loop = build_class<FitLoop>(*resolved.find("fit_loop"), "fit_loop", registry, &run.trainer);
   run.model = build_class<LightningModule>(*resolved.find("model"), "model", registry, &run.trainer);

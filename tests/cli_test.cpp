@@ -215,6 +215,12 @@ TEST_F(CliTest, FitFromYamlWritesLogsConfigAndCheckpoint) {
   EXPECT_TRUE(fs::exists(v0 / "config.yaml"));
   EXPECT_TRUE(fs::exists(v0 / "checkpoints" / "last.ckpt"));
   EXPECT_TRUE(fs::exists(v0 / "checkpoints" / "epoch=1-step=8.ckpt"));
+  // The default loggers, Lightning's TensorBoardLogger beside the CSVLogger, in one folder.
+  size_t event_files = 0;
+  for (const auto& e : fs::directory_iterator(v0)) {
+    event_files += e.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
+  }
+  EXPECT_EQ(event_files, 1u);
 
   // test with the checkpoint's weights (its metrics go to version_1); the next fit to version_2.
   const CliResult t = cli({"test", "--config", a, "--ckpt_path", (v0 / "checkpoints" / "last.ckpt").string()});
@@ -382,6 +388,31 @@ TEST_F(CliTest, FastDevRunTrueRunsOneBatchAndWritesNothing) {
   fs::remove(a);
   expect_config_error("model: TinyNet\ndata: TinyData\ntrainer: {fast_dev_run: maybe}\n",
                       "{f}:3: trainer.fast_dev_run: expected an integer or a boolean (true: 1), got 'maybe'");
+}
+
+}  // namespace
+
+namespace {
+
+// logger: a list of loggers (Lightning's), each with its own init_args; an empty list is an error.
+TEST_F(CliTest, ALoggerListLogsToEach) {
+  const std::string a = write("a.yaml", "model: TinyNet\ndata: TinyData\ntrainer: {max_epochs: 1}\n"
+                                        "logger:\n  - CSVLogger\n  - class_path: TensorBoardLogger\n"
+                                        "    init_args: {name: tb}\n");
+  const CliResult r = cli({"fit", "--config", a});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(dir_ / "lightning_logs" / "version_0" / "metrics.csv"));
+  EXPECT_TRUE(fs::exists(dir_ / "lightning_logs" / "version_0" / "config.yaml")) << "the first logger's folder";
+  bool events = false;
+  for (const auto& e : fs::directory_iterator(dir_ / "tb" / "version_0")) {
+    events = events || e.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
+  }
+  EXPECT_TRUE(events);
+  fs::remove_all(dir_ / "lightning_logs");
+  fs::remove_all(dir_ / "tb");
+  fs::remove(a);
+  expect_config_error("model: TinyNet\ndata: TinyData\nlogger: []\n",
+                      "{f}:3: logger: an empty list; say false for no logger");
 }
 
 }  // namespace

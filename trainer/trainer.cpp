@@ -61,16 +61,19 @@ Trainer::Trainer(TrainerOptions options)
   // Lightning's default callbacks, made by name (callbacks sit above the
   // Trainer, which knows them only as lt::Callback): a progress bar and a
   // model summary unless given.
-  auto callbacks = options_.callbacks();
-  const auto given = [&](const std::string& name) {
-    return std::any_of(callbacks.begin(), callbacks.end(), [&](const auto& c) { return c->name() == name; });
+  // They go first; the user's keep their order after them.
+  const auto& given = options_.callbacks();
+  const auto missing = [&](const std::string& name) {
+    return std::none_of(given.begin(), given.end(), [&](const auto& c) { return c->name() == name; });
   };
-  if (options_.enable_progress_bar() && !given("ProgressBar")) {
+  std::vector<std::shared_ptr<Callback>> callbacks;
+  if (options_.enable_progress_bar() && missing("ProgressBar")) {
     callbacks.push_back(Registry::global().create<Callback>("ProgressBar"));
   }
-  if (options_.enable_model_summary() && !given("ModelSummary")) {
+  if (options_.enable_model_summary() && missing("ModelSummary")) {
     callbacks.push_back(Registry::global().create<Callback>("ModelSummary"));
   }
+  callbacks.insert(callbacks.end(), given.begin(), given.end());
   options_.callbacks(std::move(callbacks));
   strategy_ = options_.strategy();
   if (!strategy_) {

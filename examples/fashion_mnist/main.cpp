@@ -10,6 +10,9 @@
 #include <string>
 
 #include <lightning_cpp/core/check.h>
+#include <lightning_cpp/loggers/csv.h>
+#include <lightning_cpp/loggers/logger_collection.h>
+#include <lightning_cpp/loggers/tensorboard.h>
 #include <lightning_cpp/plugins/launchers/error_file.h>
 #include <lightning_cpp/plugins/strategies/ddp.h>
 #include <lightning_cpp/trainer/trainer.h>
@@ -38,7 +41,10 @@ int main(int argc, char** argv) {
     else model = std::make_shared<lt::examples::MlpClassifier>();
     auto data = std::make_shared<lt::examples::FashionMnistDataModule>(
         lt::examples::FashionMnistDataOptions().data_dir(data_dir));
-    auto options = lt::TrainerOptions().max_epochs(epochs).seed(0);
+    // Lightning's default loggers: TensorBoard event files and metrics.csv in lightning_logs/version_N.
+    auto loggers = std::make_shared<lt::LoggerCollection>(std::vector<std::shared_ptr<lt::Logger>>{
+        std::make_shared<lt::CSVLogger>(), std::make_shared<lt::TensorBoardLogger>()});
+    auto options = lt::TrainerOptions().max_epochs(epochs).seed(0).logger(loggers);
     if (devices > 1) options.devices(devices).strategy(std::make_shared<lt::DDPStrategy>());
     lt::Trainer trainer(options);
     trainer.fit(model, data);
