@@ -1,6 +1,7 @@
 #include <lightning_cpp/callbacks/registration.h>
 
 #include <lightning_cpp/callbacks/early_stopping.h>
+#include <lightning_cpp/callbacks/gradient_accumulation_scheduler.h>
 #include <lightning_cpp/callbacks/lr_monitor.h>
 #include <lightning_cpp/callbacks/model_checkpoint.h>
 #include <lightning_cpp/callbacks/model_summary.h>
@@ -88,6 +89,11 @@ void register_builtin_callbacks(Registry& r) {
                   ArgSchema().add_int("refresh_rate", pb.refresh_rate(), "redraw every n batches"),
                   [](const InitArgs& a) {
                     return std::make_shared<ProgressBar>(ProgressBarOptions().refresh_rate(a.get_int("refresh_rate")));
+                  });
+  r.add<Callback>("GradientAccumulationScheduler", "accumulate_grad_batches by epoch: {epoch: factor}",
+                  ArgSchema().add_required("scheduling", ArgType::kIntMap, "{epoch: accumulate_grad_batches}"),
+                  [](const InitArgs& a) {
+                    return std::make_shared<GradientAccumulationScheduler>(a.get_int_map("scheduling"));
                   });
   r.add<Callback>("ModelSummary", "the model's layers and parameter counts, printed at the start of fit",
                   ArgSchema().add_int("max_depth", summary.max_depth(), "layers nested this deep (-1: all, 0: none)"),

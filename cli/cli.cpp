@@ -96,6 +96,18 @@ ArgValue parse_arg(const ArgSpec& spec, const ConfigNode& node, const std::strin
     }
     return out;
   }
+  if (spec.type == ArgType::kIntMap) {
+    if (!node.is_map()) expected();
+    IntMap out;
+    for (const auto& [key, value] : node.entries) {
+      const auto k = parse_int(key);
+      const auto v = value.is_scalar() && !value.quoted ? parse_int(value.value) : std::nullopt;
+      LT_CHECK_VALUE(k && v, value.source.str(), ": ", path, ": expected integer keys and values, got ", key, ": ",
+                     value.describe());
+      out[*k] = *v;
+    }
+    return out;
+  }
   if (!node.is_scalar()) expected();
   const std::string& s = node.value;
   switch (spec.type) {
@@ -127,6 +139,7 @@ ArgValue parse_arg(const ArgSpec& spec, const ConfigNode& node, const std::strin
       }
       return s;
     case ArgType::kStringList:
+    case ArgType::kIntMap:
       break;
   }
   expected();
@@ -138,6 +151,11 @@ ConfigNode value_node(const ArgValue& value, const ConfigSource& source) {
   if (const auto* list = std::get_if<std::vector<std::string>>(&value)) {
     ConfigNode out = ConfigNode::list(source);
     for (const auto& s : *list) out.items.push_back(ConfigNode::scalar(s, source, true));
+    return out;
+  }
+  if (const auto* map = std::get_if<IntMap>(&value)) {
+    ConfigNode out = ConfigNode::map(source);
+    for (const auto& [k, v] : *map) out.set(std::to_string(k), ConfigNode::scalar(std::to_string(v), source));
     return out;
   }
   return ConfigNode::scalar(arg_value_str(value), source, std::holds_alternative<std::string>(value));

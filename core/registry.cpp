@@ -24,6 +24,7 @@ const char* arg_type_name(ArgType type) {
     case ArgType::kIntOrFloat: return "an integer (a count) or a float (a fraction)";
     case ArgType::kIntOrBool: return "an integer or a boolean (true: 1)";
     case ArgType::kStringList: return "a list of strings";
+    case ArgType::kIntMap: return "a mapping of integers to integers";
   }
   return "?";
 }
@@ -58,6 +59,11 @@ std::string arg_value_str(const ArgValue& value) {
       std::string out = "[";
       for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + v[i];
       return out + "]";
+    }
+    std::string operator()(const IntMap& m) const {
+      std::string out = "{";
+      for (const auto& [k, v] : m) out += (out.size() > 1 ? ", " : "") + std::to_string(k) + ": " + std::to_string(v);
+      return out + "}";
     }
   };
   return std::visit(Visitor{}, value);
@@ -107,6 +113,10 @@ ArgSchema& ArgSchema::add_int_or_float(std::string name, ArgValue default_value,
 
 ArgSchema& ArgSchema::add_int_or_bool(std::string name, int64_t default_value, std::string doc) {
   return add(spec_of(std::move(name), ArgType::kIntOrBool, default_value, std::move(doc)));
+}
+
+ArgSchema& ArgSchema::add_int_map(std::string name, IntMap default_value, std::string doc) {
+  return add(spec_of(std::move(name), ArgType::kIntMap, std::move(default_value), std::move(doc)));
 }
 
 ArgSchema& ArgSchema::add_string_list(std::string name, std::vector<std::string> default_value, std::string doc) {
@@ -165,6 +175,9 @@ const std::string& InitArgs::get_string(const std::string& name) const {
 }
 const std::vector<std::string>& InitArgs::get_string_list(const std::string& name) const {
   return typed<std::vector<std::string>>(*this, name, "a list of strings");
+}
+const IntMap& InitArgs::get_int_map(const std::string& name) const {
+  return typed<IntMap>(*this, name, "a mapping of integers");
 }
 std::optional<double> InitArgs::get_optional_float(const std::string& name) const {
   if (is_null(name)) return std::nullopt;

@@ -39,11 +39,13 @@ struct TrainerOptions;
 
 // -- init-args schema -----------------------------------------------------------
 
-enum class ArgType { kBool, kInt, kFloat, kString, kIntOrFloat, kIntOrBool, kStringList };
+enum class ArgType { kBool, kInt, kFloat, kString, kIntOrFloat, kIntOrBool, kStringList, kIntMap };
 const char* arg_type_name(ArgType type);  // "an integer", "a float", ...
 
 // A value of an init arg; std::monostate is YAML's null.
-using ArgValue = std::variant<std::monostate, bool, int64_t, double, std::string, std::vector<std::string>>;
+// An integer map is YAML's {0: 1, 4: 2} (GradientAccumulationScheduler's scheduling).
+using IntMap = std::map<int64_t, int64_t>;
+using ArgValue = std::variant<std::monostate, bool, int64_t, double, std::string, std::vector<std::string>, IntMap>;
 std::string arg_value_str(const ArgValue& value);  // as YAML would print it
 
 struct ArgSpec {
@@ -70,6 +72,7 @@ class ArgSchema {
   // An integer, or a boolean read as 1 (true) or 0 (false): Lightning's fast_dev_run.
   ArgSchema& add_int_or_bool(std::string name, int64_t default_value, std::string doc);
   ArgSchema& add_string_list(std::string name, std::vector<std::string> default_value, std::string doc);
+  ArgSchema& add_int_map(std::string name, IntMap default_value, std::string doc);
   // An argument without a default: the config must give it.
   ArgSchema& add_required(std::string name, ArgType type, std::string doc);
 
@@ -97,6 +100,7 @@ class InitArgs {
   double get_float(const std::string& name) const;  // integers are widened
   const std::string& get_string(const std::string& name) const;
   const std::vector<std::string>& get_string_list(const std::string& name) const;
+  const IntMap& get_int_map(const std::string& name) const;
   std::optional<double> get_optional_float(const std::string& name) const;
   std::optional<int64_t> get_optional_int(const std::string& name) const;
   std::optional<bool> get_optional_bool(const std::string& name) const;

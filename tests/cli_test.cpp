@@ -82,8 +82,8 @@ TEST_F(CliTest, BadChoiceSuggestsValid) {
 TEST_F(CliTest, UnknownCallbackClass) {
   expect_config_error("model: TinyNet\ndata: TinyData\ncallbacks:\n  - class_path: EarlyStoping\n",
                       "{f}:4: callbacks[0].class_path: unknown callback 'EarlyStoping'; did you mean 'EarlyStopping'? "
-                      "(registered callbacks: EarlyStopping, LearningRateMonitor, ModelCheckpoint, ModelSummary, "
-                      "ProgressBar, Timer)");
+                      "(registered callbacks: EarlyStopping, GradientAccumulationScheduler, LearningRateMonitor, "
+                      "ModelCheckpoint, ModelSummary, ProgressBar, Timer)");
 }
 
 TEST_F(CliTest, FloatArgRejectsWord) {
@@ -413,6 +413,27 @@ TEST_F(CliTest, ALoggerListLogsToEach) {
   fs::remove(a);
   expect_config_error("model: TinyNet\ndata: TinyData\nlogger: []\n",
                       "{f}:3: logger: an empty list; say false for no logger");
+}
+
+}  // namespace
+
+namespace {
+
+// GradientAccumulationScheduler's scheduling is a YAML mapping of integers.
+TEST_F(CliTest, AnIntegerMappingArgument) {
+  const std::string a = write("a.yaml", "model: TinyNet\ndata: TinyData\ntrainer: {max_epochs: 2}\ncallbacks:\n"
+                                        "  - class_path: GradientAccumulationScheduler\n"
+                                        "    init_args: {scheduling: {0: 1, 1: 2}}\n");
+  const CliResult printed = cli({"fit", "--config", a, "--print_config"});
+  ASSERT_EQ(printed.code, 0) << printed.err;
+  EXPECT_NE(printed.out.find("scheduling:\n"), std::string::npos) << printed.out;
+  EXPECT_NE(printed.out.find("1: 2\n"), std::string::npos) << printed.out;
+  EXPECT_EQ(cli({"fit", "--config", a}).code, 0);
+  fs::remove_all(dir_ / "lightning_logs");
+  fs::remove(a);
+  expect_config_error("model: TinyNet\ndata: TinyData\ncallbacks:\n  - class_path: GradientAccumulationScheduler\n"
+                      "    init_args: {scheduling: {x: 2}}\n",
+                      "{f}:5: callbacks[0].init_args.scheduling: expected integer keys and values, got x: '2'");
 }
 
 }  // namespace

@@ -91,6 +91,11 @@ Trainer::Trainer(TrainerOptions options)
 
 Trainer::~Trainer() = default;
 
+void Trainer::set_accumulate_grad_batches(int64_t k) {
+  LT_CHECK_VALUE(k >= 1, "trainer.accumulate_grad_batches must be >= 1, got ", k);
+  options_.accumulate_grad_batches(k);
+}
+
 Strategy& Trainer::strategy() { return *strategy_; }
 
 bool Trainer::is_global_zero() { return strategy_->is_global_zero(); }

@@ -58,6 +58,9 @@ class Trainer {
 
   // -- what callbacks and users read -------------------------------------------
   const TrainerOptions& options() const { return options_; }
+  // Lightning's `trainer.accumulate_grad_batches = k` (GradientAccumulationScheduler):
+  // takes effect at the next training epoch's start.
+  void set_accumulate_grad_batches(int64_t k);
   RunState& state() { return state_; }
   const RunState& state() const { return state_; }
   Strategy& strategy();
