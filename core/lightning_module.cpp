@@ -1,5 +1,7 @@
 #include <lightning_cpp/core/lightning_module.h>
 
+#include <set>
+
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/collective_layer.h>
 #include <lightning_cpp/core/run_state.h>
@@ -29,10 +31,38 @@ torch::Device LightningModule::device() const {
   return runtime_.strategy ? runtime_.strategy->root_device() : torch::Device(torch::kCPU);
 }
 
-torch::optim::Optimizer& LightningModule::optimizer() {
-  LT_CHECK(runtime_.optimizer != nullptr && runtime_.optimizer->optimizer != nullptr,
+torch::optim::Optimizer& LightningModule::optimizer(size_t index) {
+  LT_CHECK(runtime_.optimizer != nullptr && !runtime_.optimizer->optimizers.empty(),
            "optimizer() is only available during fit, after configure_optimizers()");
-  return *runtime_.optimizer->optimizer;
+  LT_CHECK_VALUE(index < runtime_.optimizer->optimizers.size(), "optimizer(", index, "): configure_optimizers() ",
+                 "returned ", runtime_.optimizer->optimizers.size(), " optimizer(s)");
+  return *runtime_.optimizer->optimizers[index];
+}
+
+size_t LightningModule::num_optimizers() const {
+  return runtime_.optimizer != nullptr ? runtime_.optimizer->optimizers.size() : 0;
+}
+
+void LightningModule::toggle_optimizer(size_t index) {
+  std::set<torch::TensorImpl*> own;
+  for (const auto& group : optimizer(index).param_groups()) {
+    for (const auto& p : group.params()) own.insert(p.unsafeGetTensorImpl());
+  }
+  for (size_t i = 0; i < num_optimizers(); ++i) {
+    if (i == index) continue;
+    for (const auto& group : optimizer(i).param_groups()) {
+      for (auto p : group.params()) {
+        if (own.count(p.unsafeGetTensorImpl()) != 0) continue;
+        untoggled_.emplace_back(p, p.requires_grad());
+        p.set_requires_grad(false);
+      }
+    }
+  }
+}
+
+void LightningModule::untoggle_optimizer(size_t /*index*/) {
+  for (auto& [p, requires_grad] : untoggled_) p.set_requires_grad(requires_grad);
+  untoggled_.clear();
 }
 
 LRScheduler* LightningModule::lr_scheduler() {
@@ -44,9 +74,9 @@ void LightningModule::manual_backward(const torch::Tensor& loss) {
   runtime_.strategy->backward(loss, *this);
 }
 
-void LightningModule::optimizer_step() {
+void LightningModule::optimizer_step(size_t index) {
   LT_CHECK(runtime_.strategy != nullptr && runtime_.state != nullptr, "optimizer_step called outside a Trainer run");
-  runtime_.strategy->optimizer_step(optimizer());
+  runtime_.strategy->optimizer_step(optimizer(index));
   ++runtime_.state->global_step;
 }
 

@@ -4,6 +4,7 @@
 // implement training_step and configure_optimizers, and hand it to a Trainer.
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,10 +33,20 @@ struct OptimizerConfig {
         lr_scheduler(std::move(lr_scheduler)),
         interval(interval),
         frequency(frequency) {}
+  // Several optimizers (Lightning's `return [opt_g, opt_d]`), for manual
+  // optimization: `return {opt_g, opt_d};`, then optimizer(i) in training_step.
+  OptimizerConfig(std::initializer_list<std::shared_ptr<torch::optim::Optimizer>> optimizers)
+      : optimizers(optimizers) {}
+  explicit OptimizerConfig(std::vector<std::shared_ptr<torch::optim::Optimizer>> optimizers)
+      : optimizers(std::move(optimizers)) {}
+  // The first optimizer; the scheduler, interval and frequency are its own.
   std::shared_ptr<torch::optim::Optimizer> optimizer;
   std::shared_ptr<LRScheduler> lr_scheduler;
   Interval interval = Interval::kEpoch;
   int64_t frequency = 1;
+  // Every optimizer, the first included (the Trainer fills in whichever of
+  // optimizer and optimizers was left empty).
+  std::vector<std::shared_ptr<torch::optim::Optimizer>> optimizers;
 };
 
 // What the module tells the DDP strategy about collectives it issues itself,
@@ -101,12 +112,20 @@ class LightningModule : public torch::nn::Module {
   // -- manual optimization ---------------------------------------------------
   bool automatic_optimization() const { return automatic_optimization_; }
   void set_automatic_optimization(bool automatic) { automatic_optimization_ = automatic; }
-  torch::optim::Optimizer& optimizer();
+  // The index-th optimizer configure_optimizers returned (Lightning's self.optimizers()[index]).
+  torch::optim::Optimizer& optimizer(size_t index = 0);
+  size_t num_optimizers() const;
   LRScheduler* lr_scheduler();
   // Backward through the strategy (DDP gradient sync); use instead of loss.backward().
   void manual_backward(const torch::Tensor& loss);
-  // Steps optimizer() through the strategy and counts a global step.
-  void optimizer_step();
+  // Steps optimizer(index) through the strategy and counts a global step (as
+  // Lightning: two optimizers stepped per batch count two).
+  void optimizer_step(size_t index = 0);
+  // Lightning's toggle_optimizer: only optimizer(index)'s parameters require
+  // gradients until untoggle_optimizer(index) gives the others theirs back,
+  // so a backward for one optimizer leaves the others' gradients alone.
+  void toggle_optimizer(size_t index);
+  void untoggle_optimizer(size_t index);
 
   // -- declarations ------------------------------------------------------------
   HParams& hparams() { return hparams_; }
@@ -130,6 +149,8 @@ class LightningModule : public torch::nn::Module {
   HParams hparams_;
   ModuleCollectives collectives_;
   bool automatic_optimization_ = true;
+  // requires_grad of the parameters toggle_optimizer turned off.
+  std::vector<std::pair<torch::Tensor, bool>> untoggled_;
 };
 
 }  // namespace lt

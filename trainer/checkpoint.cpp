@@ -211,6 +211,9 @@ StateDict Trainer::dump_checkpoint() {
   // (the loader's order is fixed by its seed and the epoch).
   if (state_.stage == Stage::kTrain && !state_.epoch_ended) ckpt.insert("epoch_iteration", state_.epoch_iteration);
   if (optim_.optimizer) ckpt.insert("optimizer", optimizer_to_bytes(*optim_.optimizer));
+  for (size_t i = 1; i < optim_.optimizers.size(); ++i) {  // manual optimization's others
+    ckpt.insert(c10::str("optimizer_", i), optimizer_to_bytes(*optim_.optimizers[i]));
+  }
   if (optim_.lr_scheduler) ckpt.insert("lr_scheduler", optim_.lr_scheduler->state_dict());
   StateDict callbacks = new_state_dict();
   for (const auto& cb : options_.callbacks()) callbacks.insert(cb->state_key(), cb->state_dict());
@@ -259,6 +262,12 @@ void Trainer::restore_checkpoint(const std::string& path) {
   state_.global_step = raw.at("global_step").toInt();
   state_.resume_iteration = raw.contains("epoch_iteration") ? raw.at("epoch_iteration").toInt() : 0;
   if (optim_.optimizer && raw.contains("optimizer")) optimizer_from_bytes(*optim_.optimizer, raw.at("optimizer").toTensor());
+  for (size_t i = 1; i < optim_.optimizers.size(); ++i) {
+    const std::string key = c10::str("optimizer_", i);
+    LT_CHECK_VALUE(raw.contains(key), "checkpoint '", path, "' holds no state for optimizer ", i, " (the module has ",
+                   optim_.optimizers.size(), " optimizers)");
+    optimizer_from_bytes(*optim_.optimizers[i], raw.at(key).toTensor());
+  }
   auto to_state = [](const c10::IValue& v) { return StateDict(v.toGenericDict()); };
   if (optim_.lr_scheduler && raw.contains("lr_scheduler")) {
     optim_.lr_scheduler->load_state_dict(to_state(raw.at("lr_scheduler")));

@@ -231,7 +231,15 @@ void Trainer::fit(const std::shared_ptr<LightningModule>& module, std::shared_pt
   prepare_loader(train, Stage::kTrain);
   prepare_loader(val, Stage::kValidate);
   optim_ = module->configure_optimizers();
+  if (!optim_.optimizer && !optim_.optimizers.empty()) optim_.optimizer = optim_.optimizers.front();
+  if (optim_.optimizers.empty() && optim_.optimizer) optim_.optimizers = {optim_.optimizer};
   LT_CHECK(optim_.optimizer != nullptr, "configure_optimizers() returned no optimizer");
+  for (size_t i = 0; i < optim_.optimizers.size(); ++i) {
+    LT_CHECK_VALUE(optim_.optimizers[i] != nullptr, "configure_optimizers(): optimizer ", i, " is null");
+  }
+  LT_CHECK_VALUE(optim_.optimizers.size() == 1 || !module->automatic_optimization(), "configure_optimizers() ",
+                 "returned ", optim_.optimizers.size(), " optimizers: training with several optimizers needs manual ",
+                 "optimization (set_automatic_optimization(false), then optimizer(i) in training_step), as Lightning");
   optim_.frequency = std::max<int64_t>(optim_.frequency, 1);
 
   FeatureSet features;
