@@ -12,6 +12,7 @@
 #include <lightning_cpp/callbacks/model_checkpoint.h>
 #include <lightning_cpp/callbacks/progress_bar.h>
 #include <lightning_cpp/core/files.h>
+#include <lightning_cpp/core/profiler.h>
 #include <lightning_cpp/core/rank_zero.h>
 #include <lightning_cpp/core/registry.h>
 #include <lightning_cpp/loggers/logger_collection.h>
@@ -302,6 +303,7 @@ const ArgSchema& trainer_schema() {
         .add_bool("join_divide_by_initial_world_size", std::nullopt,
                   "alias of strategy ddp's init_args.join_divide_by_initial_world_size")
         .add_string("on_nonfinite", "error", "NaN/inf loss or gradient", {"error", "skip_step", "ignore"})
+        .add_string("profiler", std::nullopt, "time the loops and hooks (null: none)", {"simple", "pytorch", "torch"})
         .add_bool("handle_signals", d.handle_signals(), "SIGINT/SIGTERM: stop at the next step, write interrupted.ckpt")
         .add_int("log_every_n_steps", d.log_every_n_steps(), "logger interval in optimizer steps")
         .add_bool("enable_progress_bar", d.enable_progress_bar(), "add a ProgressBar if none is configured")
@@ -320,6 +322,10 @@ FractionOrCount to_foc(const ArgValue& v) {
 
 TrainerOptions trainer_options_from(const InitArgs& a) {
   TrainerOptions o;
+  if (const auto profiler = a.get_optional_string("profiler")) {
+    if (*profiler == "simple") o.profiler(std::make_shared<SimpleProfiler>());
+    else o.profiler(std::make_shared<TorchProfiler>());  // pytorch (Lightning's name) or torch
+  }
   o.max_epochs(a.get_int("max_epochs"))
       .max_steps(a.get_int("max_steps"))
       .accumulate_grad_batches(a.get_int("accumulate_grad_batches"))

@@ -18,6 +18,7 @@ namespace lt {
 
 class Callback;
 class Logger;
+class Profiler;
 class Strategy;
 
 enum class GradientClipAlgorithm { kNorm, kValue };
@@ -58,6 +59,8 @@ struct TrainerOptions {
   TORCH_ARG(std::string, default_root_dir) = ".";
   TORCH_ARG(std::vector<std::shared_ptr<Callback>>, callbacks) = {};
   TORCH_ARG(std::shared_ptr<Logger>, logger) = nullptr;
+  // Lightning's profiler: lt::SimpleProfiler, lt::TorchProfiler (core/profiler.h); null: none.
+  TORCH_ARG(std::shared_ptr<Profiler>, profiler) = nullptr;
   // nullptr: single device ("cpu", or "cuda:0" with accelerator "cuda").
   TORCH_ARG(std::shared_ptr<Strategy>, strategy) = nullptr;
   TORCH_ARG(std::string, accelerator) = "cpu";

@@ -29,15 +29,25 @@ std::map<std::string, double> EvaluationLoop::run(LoopContext& ctx, DataLoader& 
   const int64_t n = known ? std::min(max_batches, loader.size()) : max_batches;
   if (ctx.strategy.world_size() > 1) results.set_uneven_batches(uneven_counts(ctx.strategy, known ? n : -1));
   for (int64_t i = 0; i < n && loader.has_batch(i); ++i) {
-    Batch batch = loader.get(i);
+    Batch batch;
+    {
+      ProfileScope scope(ctx.profiler, test ? "[_EvaluationLoop].test_next" : "[_EvaluationLoop].val_next");
+      batch = loader.get(i);
+    }
     batch = ctx.strategy.batch_to_device(std::move(batch));
     results.set_current_batch_size(batch.size());
     if (test) {
-      ctx.module.test_step(batch, i);
+      {
+        ProfileScope scope(ctx.profiler, "[Strategy]", ctx.strategy.name(), ".test_step");
+        ctx.module.test_step(batch, i);
+      }
       ctx.hooks.call(&Callback::on_test_batch_end, batch, i);
     } else {
       ctx.hooks.call(&Callback::on_validation_batch_start, batch, i);
-      ctx.module.validation_step(batch, i);
+      {
+        ProfileScope scope(ctx.profiler, "[Strategy]", ctx.strategy.name(), ".validation_step");
+        ctx.module.validation_step(batch, i);
+      }
       ctx.hooks.call(&Callback::on_validation_batch_end, batch, i);
     }
   }

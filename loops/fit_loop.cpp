@@ -38,7 +38,10 @@ void FitLoop::run(LoopContext& ctx, DataLoader& train, DataLoader* val) {
     if (val != nullptr) val->set_epoch(ctx.state.current_epoch);
     ctx.hooks.call(&Callback::on_train_epoch_start);
     ctx.module.on_train_epoch_start();
-    epoch_loop_->run(ctx, train, val);
+    {
+      ProfileScope scope(ctx.profiler, "run_training_epoch");
+      epoch_loop_->run(ctx, train, val);
+    }
     if (ctx.state.interrupted_by != 0) {
       throw Interrupted(c10::str("training interrupted by signal ", ctx.state.interrupted_by, " at epoch ",
                                  ctx.state.current_epoch, ", global step ", ctx.state.global_step),

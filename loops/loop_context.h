@@ -6,11 +6,13 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <lightning_cpp/core/callback.h>
 #include <lightning_cpp/core/lightning_module.h>
 #include <lightning_cpp/core/logger.h>
+#include <lightning_cpp/core/profiler.h>
 #include <lightning_cpp/core/result_collection.h>
 #include <lightning_cpp/core/run_state.h>
 #include <lightning_cpp/core/strategy.h>
@@ -20,6 +22,18 @@
 namespace lt {
 
 // Calls a hook on every callback, in priority order, with (Trainer&, module&, args...).
+// A hook's name ("on_train_epoch_end") from its member pointer, for profiling.
+template <typename Hook>
+const char* hook_name(Hook hook) {
+#define LT_HOOK_NAME(name, params, args)                                    \
+  if constexpr (std::is_same_v<Hook, decltype(&Callback::name)>) {          \
+    if (hook == &Callback::name) return #name;                              \
+  }
+  LT_CALLBACK_HOOKS(LT_HOOK_NAME)
+#undef LT_HOOK_NAME
+  return "hook";
+}
+
 class CallbackHooks {
  public:
   CallbackHooks(Trainer& trainer, LightningModule& module, std::vector<std::shared_ptr<Callback>> callbacks,
@@ -30,10 +44,12 @@ class CallbackHooks {
   void call(void (Callback::*hook)(Trainer&, LightningModule&, HookArgs...), Args&&... args) {
     for (auto& callback : callbacks_) {
       state_.running_callback = callback.get();
+      ProfileScope scope(profiler_, "[Callback]", profiler_ ? callback->name() + "." + hook_name(hook) : "", "");
       ((*callback).*hook)(trainer_, module_, args...);
     }
     state_.running_callback = nullptr;
   }
+  void set_profiler(Profiler* profiler) { profiler_ = profiler; }
   const std::vector<std::shared_ptr<Callback>>& callbacks() const { return callbacks_; }
 
  private:
@@ -41,6 +57,7 @@ class CallbackHooks {
   LightningModule& module_;
   std::vector<std::shared_ptr<Callback>> callbacks_;
   RunState& state_;
+  Profiler* profiler_ = nullptr;
 };
 
 struct LoopContext {
@@ -52,6 +69,7 @@ struct LoopContext {
   Logger* logger;  // null on ranks other than 0
   std::map<Stage, ResultCollection>& results;
   OptimizerConfig* optim;  // null outside fit
+  Profiler* profiler = nullptr;  // TrainerOptions::profiler, if any
 
   // Points the module's log() at the results of `stage`.
   ResultCollection& use_results(Stage stage, bool in_step_hook) {

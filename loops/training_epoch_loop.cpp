@@ -125,7 +125,11 @@ void TrainingEpochLoop::run(LoopContext& ctx, DataLoader& train, DataLoader* val
       epoch->end_batch(it);
     } else {
       ctx.state.batch_idx = it;
-      Batch batch = train.get(it);
+      Batch batch;
+      {
+        ProfileScope scope(ctx.profiler, "[_TrainingEpochLoop].train_dataloader_next");
+        batch = train.get(it);
+      }
       if (it == start) {
         first = batch;
       } else {
@@ -164,7 +168,11 @@ void TrainingEpochLoop::run(LoopContext& ctx, DataLoader& train, DataLoader* val
       break;
     }
   }
-  epoch->finish();
+  {
+    // A rank that ran out of data shadows the others' iterations here (Join).
+    ProfileScope scope(ctx.profiler, "[Strategy]", ctx.strategy.name(), ".join");
+    epoch->finish();
+  }
   // A stop another rank asked for reaches this one at the epoch's end at the latest.
   if (ctx.state.interrupted_by == 0 && !max_steps_reached(ctx) && !ctx.state.should_stop &&
       epoch->stop_requested(interrupt_signal() != 0)) {

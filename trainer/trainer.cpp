@@ -26,7 +26,9 @@ struct Trainer::Run {
   Run(Trainer& trainer, LightningModule& module, std::vector<std::shared_ptr<Callback>> callbacks, Logger* logger)
       : hooks(trainer, module, std::move(callbacks), trainer.state_),
         ctx{trainer.options_, trainer.state_, *trainer.strategy_, module, hooks, logger, trainer.results_,
-            &trainer.optim_} {}
+            &trainer.optim_, trainer.options_.profiler().get()} {
+    hooks.set_profiler(ctx.profiler);
+  }
   CallbackHooks hooks;
   LoopContext ctx;
   Stage stage = Stage::kNone;
@@ -193,12 +195,14 @@ std::unique_ptr<Trainer::Run> Trainer::begin(const std::shared_ptr<LightningModu
   }
   module->attach(LightningModule::Runtime{&state_, strategy_.get(), &results_[Stage::kTrain], &optim_});
   strategy_->setup(*module);
+  if (run->ctx.profiler != nullptr) run->ctx.profiler->setup(stage, strategy_->global_rank(), log_dir());
   run->hooks.call(&Callback::setup, stage);
   return run;
 }
 
 void Trainer::end(Run& run) {
   run.hooks.call(&Callback::teardown, run.stage);
+  if (run.ctx.profiler != nullptr) run.ctx.profiler->teardown(run.stage);
   if (run.ctx.logger != nullptr) {
     run.ctx.logger->save();
     run.ctx.logger->finalize("success");

@@ -34,7 +34,11 @@ void step_scheduler(OptimizerConfig& config, Interval interval, int64_t counter)
 }
 
 torch::Tensor AutomaticOptimization::run(LoopContext& ctx, const Batch& batch, int64_t batch_idx, bool window_end) {
-  torch::Tensor loss = ctx.strategy.training_step(ctx.module, batch, batch_idx);
+  torch::Tensor loss;
+  {
+    ProfileScope scope(ctx.profiler, "[Strategy]", ctx.strategy.name(), ".training_step");
+    loss = ctx.strategy.training_step(ctx.module, batch, batch_idx);
+  }
   LT_CHECK(loss.defined() && loss.numel() == 1, "training_step must return a scalar loss in automatic optimization",
            " (epoch ", ctx.state.current_epoch, ", batch ", batch_idx, "); got ",
            loss.defined() ? c10::str("shape ", loss.sizes()) : std::string("an undefined tensor"),
@@ -61,7 +65,10 @@ std::function<void()> AutomaticOptimization::joined_step(LoopContext& ctx) {
 void AutomaticOptimization::backward(LoopContext& ctx, const torch::Tensor& scaled_loss) {
   ctx.hooks.call(&Callback::on_before_backward, scaled_loss);
   ctx.module.on_before_backward(scaled_loss);
-  ctx.strategy.backward(scaled_loss, ctx.module);
+  {
+    ProfileScope scope(ctx.profiler, "[Strategy]", ctx.strategy.name(), ".backward");
+    ctx.strategy.backward(scaled_loss, ctx.module);
+  }
   ctx.hooks.call(&Callback::on_after_backward);
   ctx.module.on_after_backward();
 }
@@ -120,6 +127,7 @@ void AutomaticOptimization::optimizer_step(LoopContext& ctx) {
   ctx.module.on_before_optimizer_step(optimizer);
   clip_gradients(optimizer, ctx.options.gradient_clip_val(), ctx.options.gradient_clip_algorithm());
   try {
+    ProfileScope scope(ctx.profiler, "[Strategy]", ctx.strategy.name(), ".optimizer_step");
     ctx.strategy.optimizer_step(optimizer);
   } catch (const Error&) {
     throw;

@@ -3,6 +3,7 @@
 namespace lt {
 
 torch::Tensor ManualOptimization::run(LoopContext& ctx, const Batch& batch, int64_t batch_idx, bool /*window_end*/) {
+  ProfileScope scope(ctx.profiler, "[Strategy]", ctx.strategy.name(), ".training_step");
   torch::Tensor out = ctx.strategy.training_step(ctx.module, batch, batch_idx);
   return out.defined() ? out.detach() : out;
 }
