@@ -290,6 +290,8 @@ const ArgSchema& trainer_schema() {
         .add_int_or_bool("fast_dev_run", d.fast_dev_run(), "n batches of each loop, nothing written (true: 1)")
         .add_int_or_float("overfit_batches", foc(d.overfit_batches()), "train and validate on this much data")
         .add_bool("deterministic", d.deterministic(), "deterministic algorithms only")
+        .add_string("precision", d.precision(), "numeric precision",
+                    {"32-true", "64-true", "bf16-mixed", "16-mixed"})
         .add_string("default_root_dir", d.default_root_dir(), "where logs and checkpoints go")
         .add_string("accelerator", d.accelerator(), "device type", {"cpu", "cuda", "auto"})
         .add_int("devices", d.devices(), "devices (processes) per node")
@@ -342,6 +344,7 @@ TrainerOptions trainer_options_from(const InitArgs& a) {
       .fast_dev_run(a.get_int("fast_dev_run"))
       .overfit_batches(to_foc(a.get("overfit_batches")))
       .deterministic(a.get_bool("deterministic"))
+      .precision(a.get_string("precision"))
       .default_root_dir(a.get_string("default_root_dir"))
       .accelerator(a.get_string("accelerator"))
       .devices(a.get_int("devices"))

@@ -1,10 +1,17 @@
 #include <lightning_cpp/core/strategy.h>
 
+#include <lightning_cpp/core/check.h>
+
 #include <lightning_cpp/core/lightning_module.h>
 
 namespace lt {
 
 void Strategy::setup(LightningModule& module) { module.to(root_device()); }
+
+void Strategy::set_precision(std::shared_ptr<Precision> precision) {
+  LT_CHECK(precision != nullptr, "Strategy::set_precision: null");
+  precision_ = std::move(precision);
+}
 
 Batch Strategy::batch_to_device(Batch batch) const {
   const torch::Device device = root_device();

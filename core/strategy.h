@@ -13,6 +13,7 @@
 #include <torch/torch.h>
 
 #include <lightning_cpp/core/join_support.h>
+#include <lightning_cpp/core/precision.h>
 #include <lightning_cpp/core/types.h>
 
 namespace lt {
@@ -150,6 +151,15 @@ class Strategy {
   virtual void barrier(const std::string& /*name*/ = {}) {}
   // all=true: true iff every rank decided true; all=false: true iff any did.
   virtual bool reduce_boolean_decision(bool decision, bool all = true);
+
+  // -- precision (Lightning's precision plugin, which the strategy owns) ---------
+  void set_precision(std::shared_ptr<Precision> precision);
+  const Precision& precision() const { return *precision_; }
+  // A batch for the module: on the device, in the precision's dtype.
+  Batch prepare_batch(Batch batch) const { return precision_->convert_input(batch_to_device(std::move(batch))); }
+
+ private:
+  std::shared_ptr<Precision> precision_ = std::make_shared<FullPrecision>();
 };
 
 // Gathers every rank's `local` count (a collective): "" when all are equal

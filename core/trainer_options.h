@@ -56,6 +56,9 @@ struct TrainerOptions {
   TORCH_ARG(FractionOrCount, overfit_batches) = 0.0;
   TORCH_ARG(std::optional<uint64_t>, seed) = std::nullopt;
   TORCH_ARG(bool, deterministic) = false;
+  // Lightning's precision: 32-true, 64-true, bf16-mixed (CPU autocast), 16-mixed
+  // (CUDA); see plugins/precision/precision.h.
+  TORCH_ARG(std::string, precision) = "32-true";
   TORCH_ARG(std::string, default_root_dir) = ".";
   TORCH_ARG(std::vector<std::shared_ptr<Callback>>, callbacks) = {};
   TORCH_ARG(std::shared_ptr<Logger>, logger) = nullptr;

@@ -34,11 +34,12 @@ std::map<std::string, double> EvaluationLoop::run(LoopContext& ctx, DataLoader& 
       ProfileScope scope(ctx.profiler, test ? "[_EvaluationLoop].test_next" : "[_EvaluationLoop].val_next");
       batch = loader.get(i);
     }
-    batch = ctx.strategy.batch_to_device(std::move(batch));
+    batch = ctx.strategy.prepare_batch(std::move(batch));
     results.set_current_batch_size(batch.size());
     if (test) {
       {
         ProfileScope scope(ctx.profiler, "[Strategy]", ctx.strategy.name(), ".test_step");
+        const auto forward = ctx.strategy.precision().forward_context();
         ctx.module.test_step(batch, i);
       }
       ctx.hooks.call(&Callback::on_test_batch_end, batch, i);
@@ -46,6 +47,7 @@ std::map<std::string, double> EvaluationLoop::run(LoopContext& ctx, DataLoader& 
       ctx.hooks.call(&Callback::on_validation_batch_start, batch, i);
       {
         ProfileScope scope(ctx.profiler, "[Strategy]", ctx.strategy.name(), ".validation_step");
+        const auto forward = ctx.strategy.precision().forward_context();
         ctx.module.validation_step(batch, i);
       }
       ctx.hooks.call(&Callback::on_validation_batch_end, batch, i);

@@ -66,7 +66,8 @@ std::vector<torch::Tensor> PredictionLoop::run(LoopContext& ctx, DataLoader& loa
   const int64_t n = loader.size() == DataLoader::kUnknownSize ? max_batches : std::min(max_batches, loader.size());
   for (int64_t i = 0; i < n && loader.has_batch(i); ++i) {
     Batch batch = loader.get(i);
-    batch = ctx.strategy.batch_to_device(std::move(batch));
+    batch = ctx.strategy.prepare_batch(std::move(batch));
+    const auto forward = ctx.strategy.precision().forward_context();
     out.push_back(ctx.module.predict_step(batch, i));
   }
   // A stream has no dataset order to merge the ranks' predictions in: each rank returns its own.

@@ -135,7 +135,7 @@ void TrainingEpochLoop::run(LoopContext& ctx, DataLoader& train, DataLoader* val
       } else {
         check_like_first(first, batch, ctx, it);
       }
-      batch = ctx.strategy.batch_to_device(std::move(batch));
+      batch = ctx.strategy.prepare_batch(std::move(batch));
       results.set_current_batch_size(batch.size());
       // A rank that ran out of data (Join) runs the optimizer step with the
       // others (lockstep), but none of these hooks.

@@ -34,7 +34,7 @@ const char* kTrainerKeys =
     "max_epochs, max_steps, accumulate_grad_batches, gradient_clip_val, gradient_clip_algorithm, "
     "val_check_interval, check_val_every_n_epoch, limit_train_batches, limit_val_batches, "
     "limit_test_batches, limit_predict_batches, num_sanity_val_steps, fast_dev_run, overfit_batches, "
-    "deterministic, default_root_dir, accelerator, devices, num_nodes, uneven_inputs, join_enable, "
+    "deterministic, precision, default_root_dir, accelerator, devices, num_nodes, uneven_inputs, join_enable, "
     "join_throw_on_early_termination, join_divide_by_initial_world_size, on_nonfinite, profiler, handle_signals, "
     "log_every_n_steps, enable_progress_bar, enable_model_summary, use_distributed_sampler, "
     "enable_checkpointing";

@@ -14,6 +14,7 @@
 #include <lightning_cpp/data/data_loader.h>
 #include <lightning_cpp/data/sampler.h>
 #include <lightning_cpp/plugins/environments/cluster_environment.h>
+#include <lightning_cpp/plugins/precision/precision.h>
 #include <lightning_cpp/plugins/strategies/ddp.h>
 #include <lightning_cpp/plugins/strategies/single_device.h>
 #include <lightning_cpp/trainer/checkpoint.h>
@@ -89,6 +90,7 @@ Trainer::Trainer(TrainerOptions options)
           options_.device_type() == torch::kCUDA ? torch::Device("cuda:0") : torch::Device("cpu"));
     }
   }
+  strategy_->set_precision(make_precision(options_.precision(), options_.device_type()));
 }
 
 Trainer::~Trainer() = default;
@@ -194,6 +196,7 @@ std::unique_ptr<Trainer::Run> Trainer::begin(const std::shared_ptr<LightningModu
     results_[s].set_epoch_gather(std::move(gather));
   }
   module->attach(LightningModule::Runtime{&state_, strategy_.get(), &results_[Stage::kTrain], &optim_});
+  strategy_->precision().convert_module(*module);
   strategy_->setup(*module);
   if (run->ctx.profiler != nullptr) run->ctx.profiler->setup(stage, strategy_->global_rank(), log_dir());
   run->hooks.call(&Callback::setup, stage);

@@ -37,6 +37,7 @@ torch::Tensor AutomaticOptimization::run(LoopContext& ctx, const Batch& batch, i
   torch::Tensor loss;
   {
     ProfileScope scope(ctx.profiler, "[Strategy]", ctx.strategy.name(), ".training_step");
+    const auto forward = ctx.strategy.precision().forward_context();
     loss = ctx.strategy.training_step(ctx.module, batch, batch_idx);
   }
   LT_CHECK(loss.defined() && loss.numel() == 1, "training_step must return a scalar loss in automatic optimization",
