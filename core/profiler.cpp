@@ -51,7 +51,8 @@ void SimpleProfiler::teardown(Stage /*stage*/) {
 std::string SimpleProfiler::summary() const {
   const double total = std::chrono::duration<double>(Clock::now() - stage_start_).count();
   std::vector<std::pair<std::string, Stats>> rows(stats_.begin(), stats_.end());
-  std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.total_s > b.second.total_s; });
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const auto& a, const auto& b) { return a.second.total_s > b.second.total_s; });
   size_t width = 6;  // "Action"
   for (const auto& [action, s] : rows) width = std::max(width, action.size());
   const auto row = [&](const std::string& action, const std::string& mean, const std::string& calls,

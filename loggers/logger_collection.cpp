@@ -51,7 +51,9 @@ StateDict LoggerCollection::state_dict() const {
 void LoggerCollection::load_state_dict(const StateDict& state) {
   for (size_t i = 0; i < loggers_.size(); ++i) {
     const std::string key = std::to_string(i);
-    if (state.contains(key) && state.at(key).isGenericDict()) loggers_[i]->load_state_dict(state.at(key).toGenericDict());
+    if (state.contains(key) && state.at(key).isGenericDict()) {
+      loggers_[i]->load_state_dict(state.at(key).toGenericDict());
+    }
   }
 }
 

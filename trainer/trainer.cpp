@@ -52,32 +52,8 @@ Trainer::Trainer(TrainerOptions options)
     at::globalContext().setBenchmarkCuDNN(false);
     ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);  // what deterministic cuBLAS needs
   }
-  if (const int64_t n = options_.fast_dev_run(); n > 0) {
-    // As Lightning: the limits, one epoch of n steps, nothing written.
-    options_.limit_train_batches(n).limit_val_batches(n).limit_test_batches(n).limit_predict_batches(n);
-    options_.max_epochs(1).max_steps(n).num_sanity_val_steps(0).val_check_interval(1.0).check_val_every_n_epoch(1);
-    options_.logger(nullptr);
-    rank_zero_info("Running in `fast_dev_run` mode: will run the requested loop using ", n,
-                   " batch(es). Logging and checkpointing is suppressed.");
-  }
-  if (overfits()) options_.limit_train_batches(options_.overfit_batches()).limit_val_batches(options_.overfit_batches());
-  // Lightning's default callbacks, made by name (callbacks sit above the
-  // Trainer, which knows them only as lt::Callback): a progress bar and a
-  // model summary unless given.
-  // They go first; the user's keep their order after them.
-  const auto& given = options_.callbacks();
-  const auto missing = [&](const std::string& name) {
-    return std::none_of(given.begin(), given.end(), [&](const auto& c) { return c->name() == name; });
-  };
-  std::vector<std::shared_ptr<Callback>> callbacks;
-  if (options_.enable_progress_bar() && missing("ProgressBar")) {
-    callbacks.push_back(Registry::global().create<Callback>("ProgressBar"));
-  }
-  if (options_.enable_model_summary() && missing("ModelSummary")) {
-    callbacks.push_back(Registry::global().create<Callback>("ModelSummary"));
-  }
-  callbacks.insert(callbacks.end(), given.begin(), given.end());
-  options_.callbacks(std::move(callbacks));
+  apply_debug_modes();
+  add_default_callbacks();
   strategy_ = options_.strategy();
   if (!strategy_) {
     if (const int64_t world_size = external_world_size(); world_size > 1) {
@@ -94,6 +70,37 @@ Trainer::Trainer(TrainerOptions options)
 }
 
 Trainer::~Trainer() = default;
+
+void Trainer::apply_debug_modes() {
+  if (const int64_t n = options_.fast_dev_run(); n > 0) {
+    // As Lightning: the limits, one epoch of n steps, nothing written.
+    options_.limit_train_batches(n).limit_val_batches(n).limit_test_batches(n).limit_predict_batches(n);
+    options_.max_epochs(1).max_steps(n).num_sanity_val_steps(0).val_check_interval(1.0).check_val_every_n_epoch(1);
+    options_.logger(nullptr);
+    rank_zero_info("Running in `fast_dev_run` mode: will run the requested loop using ", n,
+                   " batch(es). Logging and checkpointing is suppressed.");
+  }
+  if (overfits()) options_.limit_train_batches(options_.overfit_batches()).limit_val_batches(options_.overfit_batches());
+}
+
+void Trainer::add_default_callbacks() {
+  // Lightning's defaults, made by name (callbacks sit above the Trainer,
+  // which knows them only as lt::Callback): a progress bar and a model
+  // summary unless given; first, the user's after them in their order.
+  const auto& given = options_.callbacks();
+  const auto missing = [&](const std::string& name) {
+    return std::none_of(given.begin(), given.end(), [&](const auto& c) { return c->name() == name; });
+  };
+  std::vector<std::shared_ptr<Callback>> callbacks;
+  if (options_.enable_progress_bar() && missing("ProgressBar")) {
+    callbacks.push_back(Registry::global().create<Callback>("ProgressBar"));
+  }
+  if (options_.enable_model_summary() && missing("ModelSummary")) {
+    callbacks.push_back(Registry::global().create<Callback>("ModelSummary"));
+  }
+  callbacks.insert(callbacks.end(), given.begin(), given.end());
+  options_.callbacks(std::move(callbacks));
+}
 
 void Trainer::set_accumulate_grad_batches(int64_t k) {
   LT_CHECK_VALUE(k >= 1, "trainer.accumulate_grad_batches must be >= 1, got ", k);
@@ -152,7 +159,8 @@ bool Trainer::overfits() const {
 
 std::shared_ptr<DataLoader> Trainer::prepare_loader(std::shared_ptr<DataLoader> loader, Stage stage) {
   if (!loader) return loader;
-  if (overfits() && (stage == Stage::kTrain || stage == Stage::kValidate) && dynamic_cast<const RandomSampler*>(loader->sampler().get()) != nullptr) {
+  const bool shuffles = dynamic_cast<const RandomSampler*>(loader->sampler().get()) != nullptr;
+  if (overfits() && (stage == Stage::kTrain || stage == Stage::kValidate) && shuffles) {
     const char* which = stage == Stage::kTrain ? "training" : "validation";
     rank_zero_warn("You requested to overfit but enabled ", which, " dataloader shuffling. We are turning off the ",
                    which, " dataloader shuffling for you.");
@@ -294,6 +302,7 @@ void Trainer::fail(Run& run, const std::exception& caught) {
       save_checkpoint((std::filesystem::path(options_.default_root_dir()) / "interrupted.ckpt").string());
     }
     if (run.ctx.logger != nullptr) run.ctx.logger->finalize(interrupted ? "interrupted" : "failed");
+    if (run.ctx.profiler != nullptr) run.ctx.profiler->teardown(run.stage);  // what ran until the failure
     strategy_->teardown();
     module_->detach();
     module_ = nullptr;

@@ -107,6 +107,9 @@ class Trainer {
   std::string resolve_ckpt_path(const std::string& ckpt_path, Run& run, bool restarted = false);
   std::shared_ptr<DataLoader> prepare_loader(std::shared_ptr<DataLoader> loader, Stage stage);
   bool overfits() const;  // overfit_batches > 0
+  // In the constructor: fast_dev_run's and overfit_batches' limits; the progress bar and model summary.
+  void apply_debug_modes();
+  void add_default_callbacks();
   std::map<std::string, double> evaluate(const std::shared_ptr<LightningModule>& module,
                                          std::shared_ptr<DataLoader> loader, Stage stage, const std::string& ckpt_path);
 

@@ -251,7 +251,9 @@ void supervise_local_spawn(int64_t num_processes, const LocalSpawnOptions& optio
   LaunchOptions launch;
   launch.timeout = options.timeout;
   const std::vector<WorkerExit> exits = launch_and_wait(workers, launch);
-  const auto global_rank = [&](size_t local) { return options.node_rank * num_processes + static_cast<int64_t>(local); };
+  const auto global_rank = [&](size_t local) {
+    return options.node_rank * num_processes + static_cast<int64_t>(local);
+  };
   std::map<size_t, std::string> failures;
   for (size_t local = 0; local < exits.size(); ++local) {
     if (auto message = read_error_file(error_file(global_rank(local)))) {
