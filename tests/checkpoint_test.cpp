@@ -37,7 +37,10 @@ class Reference : public lt::LightningModule {
     encoder_ = register_module("encoder", torch::nn::Sequential(torch::nn::Linear(4, 8), torch::nn::BatchNorm1d(8),
                                                                  torch::nn::ReLU()));
     head_ = register_module("head", torch::nn::Linear(8, 2));
-    hparams()["width"] = "8";
+    hparams()["width"] = 8;
+    hparams()["lr"] = 0.01;
+    hparams()["amsgrad"] = false;
+    hparams()["name"] = "reference";
   }
   torch::Tensor forward(const torch::Tensor& x) { return head_(encoder_->forward(x)); }
   torch::Tensor training_step(const lt::Batch& b, int64_t) override {
@@ -294,6 +297,20 @@ TEST_F(CheckpointTest, ResumedRunContinuesItsLoggerFolderAndMetrics) {
   const std::string after = read_text(version0 / "metrics.csv");
   EXPECT_TRUE(after.size() > fitted.size() && after.rfind(fitted, 0) == 0)
       << "validate's rows are not appended to the run's metrics.csv:\n" << after;
+}
+
+// Hyperparameters keep their types in the checkpoint (Python reads them as
+// int, float, bool and str: tests/python/checkpoint_interop.py).
+TEST_F(CheckpointTest, HparamsKeepTheirTypesInCheckpoints) {
+  auto mc = std::make_shared<lt::ModelCheckpoint>(lt::ModelCheckpointOptions().dirpath(dir_.string()));
+  lt::Trainer trainer(options(1).callbacks({mc}));
+  trainer.fit(std::make_shared<Reference>(), data(true), data(false));
+  const auto hparams = lt::pickle_load_file(mc->best_model_path()).toGenericDict().at("hparams").toGenericDict();
+  ASSERT_EQ(hparams.size(), 4u);
+  EXPECT_TRUE(hparams.at("width").isInt() && hparams.at("width").toInt() == 8);
+  EXPECT_TRUE(hparams.at("lr").isDouble() && hparams.at("lr").toDouble() == 0.01);
+  EXPECT_TRUE(hparams.at("amsgrad").isBool() && !hparams.at("amsgrad").toBool());
+  EXPECT_TRUE(hparams.at("name").isString() && hparams.at("name").toStringRef() == "reference");
 }
 
 TEST_F(CheckpointTest, CorruptAndForeignFilesGiveClearErrors) {

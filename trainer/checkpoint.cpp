@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iterator>
 #include <sstream>
+#include <variant>
 
 #include <ATen/CPUGeneratorImpl.h>
 
@@ -219,8 +220,10 @@ StateDict Trainer::dump_checkpoint() {
     logger->save();  // what the checkpoint counts is on disk
     ckpt.insert("logger", logger->state_dict());
   }
-  c10::Dict<std::string, std::string> hparams;
-  for (const auto& [k, v] : module_->hparams()) hparams.insert(k, v);
+  StateDict hparams = new_state_dict();
+  for (const auto& [k, v] : module_->hparams()) {
+    std::visit([&, key = k](const auto& value) { hparams.insert(key, value); }, v.value());
+  }
   ckpt.insert("hparams", hparams);
   ckpt.insert("lightning_cpp_version", std::string("0.1.0"));
   {

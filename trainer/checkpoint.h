@@ -5,7 +5,8 @@
 //    "epoch": int, "global_step": int,               # epoch = next epoch to run
 //    "optimizer": uint8 tensor (LibTorch optimizer archive),
 //    "lr_scheduler": {...}, "callbacks": {state_key -> {...}},
-//    "hparams": {str -> str}, "lightning_cpp_version": str,
+//    "hparams": {str -> bool|int|float|str},          # typed, as the module set them
+//    "lightning_cpp_version": str,
 //    "rng_states": {"torch": uint8 tensor},           # torch's CPU generator
 //    "lr_scheduler_epoch_step_pending": bool,          # see restore_checkpoint
 //    "epoch_iteration": int,                           # mid-epoch: iterations done
