@@ -160,7 +160,10 @@ void CSVLogger::write_metrics() {
       if (keys_[i] == "step") {
         f << rows_[r].step;
       } else if (auto it = rows_[r].values.find(keys_[i]); it != rows_[r].values.end()) {
-        f << float_repr(it->second);
+        // The epoch the Trainer adds is an integer, as in Lightning's file.
+        const double v = it->second;
+        const bool integer = keys_[i] == "epoch" && std::nearbyint(v) == v && std::abs(v) < 1e15;
+        f << (integer ? std::to_string(static_cast<int64_t>(v)) : float_repr(v));
       }
     }
     f << "\n";

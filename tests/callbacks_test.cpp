@@ -493,6 +493,31 @@ TEST_F(CallbacksTest, CsvLoggerWritesLightningsLayout) {
   EXPECT_EQ(next.version(), 1);
 }
 
+// As Lightning's logger connector: every row the Trainer logs carries the
+// epoch it was logged in (an integer column), validation rows and a
+// validate after the fit too.
+TEST_F(CallbacksTest, MetricsCsvHasAnEpochColumn) {
+  auto logger = std::make_shared<lt::CSVLogger>(lt::CSVLoggerOptions(dir_.string()));
+  lt::Trainer trainer(options(2).logger(logger).log_every_n_steps(2));
+  auto module = std::make_shared<ScriptedModule>(std::vector<double>{3, 2});
+  trainer.fit(module, loader(), loader());  // 4 steps per epoch
+  trainer.validate(module, loader());
+  std::ifstream csv(dir_ / "lightning_logs" / "version_0" / "metrics.csv");
+  std::string line;
+  std::getline(csv, line);
+  EXPECT_EQ(line, "epoch,step,train_loss,val_loss");
+  // epoch, step and val_loss of each row (train_loss varies with the data).
+  std::vector<std::string> rows;
+  while (std::getline(csv, line)) {
+    std::vector<std::string> cells;
+    std::stringstream ls(line);
+    for (std::string c; std::getline(ls, c, ',');) cells.push_back(c);
+    cells.resize(4);
+    rows.push_back(cells[0] + "," + cells[1] + "," + cells[3]);
+  }
+  EXPECT_EQ(rows, (std::vector<std::string>{"0,2,", "0,4,", "0,4,3.0", "1,6,", "1,8,", "1,8,2.0", "2,8,2.0"}));
+}
+
 // hparams.yaml as Lightning's loggers write it (PyYAML): read back by PyYAML,
 // numbers are numbers (1e-7 exactly, not the string '1e-07'), bools are
 // bools, and a string that looks like a number or a bool stays a string.

@@ -491,6 +491,12 @@ TEST_F(TensorBoardLoggerTest, AFitLogsEveryStepsLossAndTheModulesHparams) {
     expected.push_back(scalar(static_cast<int64_t>(i + 1), "loss", model->losses[i]));
   }
   EXPECT_EQ(scalars(d, "loss"), expected) << d.output;
+  // The epoch beside every step's values, as Lightning's logger connector adds it.
+  expected.clear();
+  for (size_t i = 0; i < model->losses.size(); ++i) {
+    expected.push_back(scalar(static_cast<int64_t>(i + 1), "epoch", static_cast<double>(i / 6)));
+  }
+  EXPECT_EQ(scalars(d, "epoch"), expected) << d.output;
   for (const std::string& line : {std::string("hparams session_start_info lr number ") + g17(0.05),
                                   std::string("hparams session_start_info optimizer string sgd"),
                                   std::string("hparams experiment hparam lr DATA_TYPE_FLOAT64")}) {
