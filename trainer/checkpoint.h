@@ -2,7 +2,8 @@
 // Checkpoint file layout (one file, written with torch::pickle_save so that
 // Python's torch.load reads it):
 //   {"state_dict": {param/buffer name -> tensor},   # names as PyTorch uses them
-//    "epoch": int, "global_step": int,               # epoch = next epoch to run
+//    "epoch": int, "global_step": int,               # epoch: current_epoch when saved (Lightning's)
+//    "epoch_finished": bool,                           # saved at that epoch's end: resume at the next
 //    "optimizer": uint8 tensor (LibTorch optimizer archive),
 //    "lr_scheduler": {...}, "callbacks": {state_key -> {...}},
 //    "hparams": {str -> bool|int|float|str},          # typed, as the module set them

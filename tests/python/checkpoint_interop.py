@@ -27,8 +27,11 @@ class Reference(nn.Module):
 def read(ckpt_path, out_path):
     ckpt = torch.load(ckpt_path)
     assert isinstance(ckpt, dict), type(ckpt)
-    for key in ("state_dict", "epoch", "global_step", "optimizer", "callbacks", "hparams"):
+    for key in ("state_dict", "epoch", "epoch_finished", "global_step", "optimizer", "callbacks", "hparams"):
         assert key in ckpt, key
+    # Lightning's "epoch": the epoch during which it was saved (last.ckpt of a
+    # 2-epoch fit: at the end of epoch 1), whether finished kept apart.
+    assert ckpt["epoch"] == 1 and ckpt["epoch_finished"] is True, (ckpt["epoch"], ckpt["epoch_finished"])
     # Hyperparameters keep their types (Reference in tests/checkpoint_test.cpp).
     hparams = ckpt["hparams"]
     assert hparams == {"width": 8, "lr": 0.01, "amsgrad": False, "name": "reference"}, hparams
