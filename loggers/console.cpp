@@ -45,7 +45,7 @@ void ConsoleLogger::log_metrics(const std::map<std::string, double>& metrics, in
 void ConsoleLogger::log_hyperparams(const HParams& params) {
   if (params.empty()) return;
   std::string line;
-  for (const auto& [k, v] : params) line += (line.empty() ? "" : ", ") + k + "=" + v;
+  for (const auto& [k, v] : params) line += (line.empty() ? "" : ", ") + k + "=" + v.str();
   logger_->info("hparams: {}", line);
 }
 

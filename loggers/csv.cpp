@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -20,20 +19,6 @@ namespace lt {
 namespace fs = std::filesystem;
 
 namespace {
-// Python's repr of a float, as csv.DictWriter writes it.
-std::string float_repr(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  char buf[64];
-  for (int precision = 1; precision <= 17; ++precision) {
-    std::snprintf(buf, sizeof(buf), "%.*g", precision, v);
-    if (std::strtod(buf, nullptr) == v) break;
-  }
-  std::string s = buf;
-  if (s.find_first_of(".e") == std::string::npos) s += ".0";
-  return s;
-}
-
 std::string csv_field(const std::string& s) {
   if (s.find_first_of(",\"\n") == std::string::npos) return s;
   std::string out = "\"";
@@ -175,7 +160,10 @@ void CSVLogger::write_metrics() {
       if (keys_[i] == "step") {
         f << rows_[r].step;
       } else if (auto it = rows_[r].values.find(keys_[i]); it != rows_[r].values.end()) {
-        f << float_repr(it->second);
+        // The epoch the Trainer adds is an integer, as in Lightning's file.
+        const double v = it->second;
+        const bool integer = keys_[i] == "epoch" && std::nearbyint(v) == v && std::abs(v) < 1e15;
+        f << (integer ? std::to_string(static_cast<int64_t>(v)) : float_repr(v));
       }
     }
     f << "\n";

@@ -12,9 +12,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <regex>
 #include <string>
 #include <string_view>
+#include <variant>
 
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/files.h>
@@ -188,16 +188,6 @@ std::string hparams_event(const char* tag, int data_field, const ProtoWriter& da
   return new_event().message_field(event::kSummary, ProtoWriter().message_field(summary::kValue, value)).str();
 }
 
-// How an hparam's text is typed for TensorBoard: numbers stay numbers.
-enum class HparamKind { kNumber, kBool, kString };
-
-HparamKind hparam_kind(const std::string& v) {
-  static const std::regex kNumber(R"([+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[+-]?(inf|nan))");
-  if (std::regex_match(v, kNumber)) return HparamKind::kNumber;
-  if (v == "true" || v == "false" || v == "True" || v == "False") return HparamKind::kBool;
-  return HparamKind::kString;
-}
-
 std::string host_name() {
   char buf[256] = {};
   if (::gethostname(buf, sizeof(buf) - 1) != 0 || buf[0] == '\0') return "localhost";
@@ -302,18 +292,21 @@ void TensorBoardLogger::log_hyperparams(const HParams& params) {
   ProtoWriter exp;
   ProtoWriter start;
   for (const auto& [k, v] : hparams_) {
-    const HparamKind kind = hparam_kind(v);
+    // As summary.hparams types Python's values: numbers (int or float) as float64.
     ProtoWriter typed;
-    if (kind == HparamKind::kNumber) {
-      typed.double_field(value::kNumberValue, std::strtod(v.c_str(), nullptr));
-    } else if (kind == HparamKind::kBool) {
-      typed.varint_field(value::kBoolValue, v == "true" || v == "True" ? 1 : 0);
+    uint64_t type = hparam_info::kString;
+    if (const auto* b = std::get_if<bool>(&v.value())) {
+      typed.varint_field(value::kBoolValue, *b ? 1 : 0);
+      type = hparam_info::kBool;
+    } else if (const auto* i = std::get_if<int64_t>(&v.value())) {
+      typed.double_field(value::kNumberValue, static_cast<double>(*i));
+      type = hparam_info::kFloat64;
+    } else if (const auto* d = std::get_if<double>(&v.value())) {
+      typed.double_field(value::kNumberValue, *d);
+      type = hparam_info::kFloat64;
     } else {
-      typed.bytes_field(value::kStringValue, v);
+      typed.bytes_field(value::kStringValue, v.str());
     }
-    const uint64_t type = kind == HparamKind::kNumber ? hparam_info::kFloat64
-                          : kind == HparamKind::kBool ? hparam_info::kBool
-                                                      : hparam_info::kString;
     exp.message_field(experiment::kHparamInfos,
                       ProtoWriter().bytes_field(hparam_info::kName, k).varint_field(hparam_info::kType, type));
     start.message_field(session_start_info::kHparams, ProtoWriter()

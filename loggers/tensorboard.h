@@ -58,8 +58,8 @@ class TensorBoardLogger : public Logger {
   std::string name() const override { return options_.name(); }
   // One Event per metric, its value rounded to float32 (simple_value).
   void log_metrics(const std::map<std::string, double>& metrics, int64_t step) override;
-  // Values that read as numbers are written as numbers, "true"/"false" as
-  // bools, anything else as strings. Every call writes all hparams so far.
+  // Typed as the values are: numbers (float64), bools, strings. Every call
+  // writes all hparams so far.
   void log_hyperparams(const HParams& params) override;
   void save() override;
   void finalize(const std::string& status) override;

@@ -1,10 +1,12 @@
 #include <lightning_cpp/loggers/utilities.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <regex>
 #include <string>
 #include <system_error>
+#include <variant>
 
 #include <yaml-cpp/yaml.h>
 
@@ -29,10 +31,49 @@ int64_t newest_version(const std::string& save_dir, const std::string& name) {
   return newest;
 }
 
+namespace {
+
+// A double as PyYAML's yaml.dump writes it (Lightning's hparams.yaml), which
+// YAML 1.1 readers (PyYAML) take for a float again: Python's repr with ".0"
+// before a bare exponent (1e-07 -> 1.0e-07; PyYAML reads "1e-07" as a string).
+std::string yaml_float(double v) {
+  if (std::isnan(v)) return ".nan";
+  if (std::isinf(v)) return v > 0 ? ".inf" : "-.inf";
+  std::string s = float_repr(v);
+  if (s.find('.') == std::string::npos) s.insert(s.find('e'), ".0");
+  return s;
+}
+
+// Whether a YAML reader (YAML 1.1 or 1.2) could take this plain scalar for
+// something other than a string: a number, a bool, null, a date, a merge key.
+bool needs_quotes(const std::string& s) {
+  static const std::regex kOther(
+      R"(|~|null|Null|NULL|y|Y|yes|Yes|YES|n|N|no|No|NO|true|True|TRUE|false|False|FALSE|on|On|ON|off|Off|OFF|<<|=)"
+      R"(|[-+]?\.?[0-9].*|[-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN))");
+  return std::regex_match(s, kOther);
+}
+
+}  // namespace
+
 void save_hparams_to_yaml(const std::string& path, const HParams& params) {
   YAML::Emitter out;
   out << YAML::BeginMap;
-  for (const auto& [k, v] : params) out << YAML::Key << k << YAML::Value << v;
+  for (const auto& [k, v] : params) {
+    out << YAML::Key;
+    if (needs_quotes(k)) out << YAML::SingleQuoted;
+    out << k << YAML::Value;
+    if (const auto* b = std::get_if<bool>(&v.value())) {
+      out << *b;
+    } else if (const auto* i = std::get_if<int64_t>(&v.value())) {
+      out << std::to_string(*i);
+    } else if (const auto* d = std::get_if<double>(&v.value())) {
+      out << yaml_float(*d);
+    } else if (needs_quotes(v.str())) {
+      out << YAML::SingleQuoted << v.str();  // a string stays a string: '8', 'true'
+    } else {
+      out << v.str();
+    }
+  }
   out << YAML::EndMap;
   replace_file(path, (params.empty() ? std::string("{}") : std::string(out.c_str())) + "\n");
 }

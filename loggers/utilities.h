@@ -14,8 +14,10 @@ namespace lt {
 // is none (or no such folder). The next free version is that + 1.
 int64_t newest_version(const std::string& save_dir, const std::string& name);
 
-// Replaces `path` (atomically, core/files.h) with `params` as a YAML map;
-// "{}" when there are none.
+// Replaces `path` (atomically, core/files.h) with `params` as a YAML map,
+// "{}" when there are none, typed as PyYAML writes Lightning's: numbers and
+// bools plain (lr: 1.0e-07, exact), strings quoted where they would read as
+// something else (hidden: '8').
 void save_hparams_to_yaml(const std::string& path, const HParams& params);
 
 }  // namespace lt

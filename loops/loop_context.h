@@ -80,11 +80,16 @@ struct LoopContext {
     module.attach(runtime);
     return r;
   }
-  // Sends metrics to the logger at the current global step (rank 0 only).
+  // Sends metrics to the logger at the current global step (rank 0 only),
+  // with `epoch` (current_epoch) added unless the module logged one: what
+  // Lightning's logger connector adds to every dict it gives the loggers.
   void log_metrics(const std::map<std::string, double>& metrics) {
     if (metrics.empty()) return;
     for (const auto& [k, v] : metrics) state.logged_metrics[k] = v;
-    if (logger != nullptr && !state.sanity_checking) logger->log_metrics(metrics, state.global_step);
+    if (logger == nullptr || state.sanity_checking) return;
+    std::map<std::string, double> with_epoch = metrics;
+    with_epoch.emplace("epoch", static_cast<double>(state.current_epoch));
+    logger->log_metrics(with_epoch, state.global_step);
   }
 };
 

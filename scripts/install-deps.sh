@@ -8,6 +8,7 @@ packages=(
   libyaml-cpp-dev libspdlog-dev libcli11-dev libgtest-dev zlib1g-dev
   python3-torch                     # /usr/bin/python3 + torch 1.13: the oracle in tests and benchmarks
   python3-protobuf protobuf-compiler  # tests only: decode TensorBoardLogger's event files apart from our encoder
+  python3-yaml                      # tests only: read hparams.yaml with PyYAML, as Lightning does
   dataset-fashion-mnist             # /usr/share/datasets/fashion-mnist
   libopenblas0-openmp               # the BLAS LibTorch calls (libblas.so.3); see below
 )

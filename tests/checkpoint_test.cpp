@@ -11,6 +11,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <tuple>
 #include <utility>
 
 #include <gtest/gtest.h>
@@ -37,7 +38,10 @@ class Reference : public lt::LightningModule {
     encoder_ = register_module("encoder", torch::nn::Sequential(torch::nn::Linear(4, 8), torch::nn::BatchNorm1d(8),
                                                                  torch::nn::ReLU()));
     head_ = register_module("head", torch::nn::Linear(8, 2));
-    hparams()["width"] = "8";
+    hparams()["width"] = 8;
+    hparams()["lr"] = 0.01;
+    hparams()["amsgrad"] = false;
+    hparams()["name"] = "reference";
   }
   torch::Tensor forward(const torch::Tensor& x) { return head_(encoder_->forward(x)); }
   torch::Tensor training_step(const lt::Batch& b, int64_t) override {
@@ -169,7 +173,8 @@ TEST_F(CheckpointTest, ResumeAfterEpochKEqualsUninterruptedRun) {
   b.fit(first, data(true), data(false));
   const std::string last = (dir_ / "ckpt" / "last.ckpt").string();
   auto ckpt = lt::pickle_load_file(last).toGenericDict();
-  EXPECT_EQ(ckpt.at("epoch").toInt(), kStopAfter);
+  EXPECT_EQ(ckpt.at("epoch").toInt(), kStopAfter - 1);  // saved at the end of epoch kStopAfter - 1
+  EXPECT_TRUE(ckpt.at("epoch_finished").toBool());
   EXPECT_EQ(ckpt.at("global_step").toInt(), kStopAfter * 6);
 
   // Resumed in a fresh model and trainer (different initial weights).
@@ -262,7 +267,7 @@ TEST_F(CheckpointTest, ResumedRunContinuesItsLoggerFolderAndMetrics) {
   lt::Trainer b(trainer_options(run_dir, {std::make_shared<CrashAt>(15)}));
   EXPECT_THROW(b.fit(std::make_shared<Reference>(), data(true), data(false)), std::runtime_error);
   const std::string metrics = read_text(version0 / "metrics.csv");
-  ASSERT_NE(metrics.find("\n14,"), std::string::npos) << "the crashed run's rows after its checkpoint:\n" << metrics;
+  ASSERT_NE(metrics.find("\n2,14,"), std::string::npos) << "the crashed run's rows after its checkpoint:\n" << metrics;
 
   auto resumed = std::make_shared<Reference>();
   lt::Trainer c(trainer_options(run_dir, {}));
@@ -294,6 +299,71 @@ TEST_F(CheckpointTest, ResumedRunContinuesItsLoggerFolderAndMetrics) {
   const std::string after = read_text(version0 / "metrics.csv");
   EXPECT_TRUE(after.size() > fitted.size() && after.rfind(fitted, 0) == 0)
       << "validate's rows are not appended to the run's metrics.csv:\n" << after;
+}
+
+// The checkpoint's "epoch" is Lightning's: current_epoch when it was saved,
+// the same number as the file name's {epoch}, mid-epoch and at the epoch's
+// end alike; "epoch_finished" tells them apart. Both resume exactly, and so
+// do checkpoints written before that key (whose "epoch" was the next epoch to
+// run after an epoch's end).
+TEST_F(CheckpointTest, CheckpointEpochIsLightningsCurrentEpoch) {
+  constexpr int64_t kEpochs = 3;  // 6 steps per epoch
+  torch::manual_seed(0);
+  auto straight = std::make_shared<Reference>();
+  auto every = std::make_shared<lt::ModelCheckpoint>(lt::ModelCheckpointOptions()
+                                                         .dirpath((dir_ / "ckpt").string())
+                                                         .every_n_train_steps(5)
+                                                         .every_n_epochs(1)
+                                                         .save_top_k(-1));
+  lt::Trainer a(options(kEpochs).callbacks({every}));
+  a.fit(straight, data(true), data(false));
+  ASSERT_EQ(a.global_step(), 18);
+  // {file, epoch, finished}: steps 5, 10 and 15 mid-epoch, 6, 12 and 18 at epoch ends.
+  const std::vector<std::tuple<std::string, int64_t, bool>> expected = {
+      {"epoch=0-step=5.ckpt", 0, false},  {"epoch=0-step=6.ckpt", 0, true},  {"epoch=1-step=10.ckpt", 1, false},
+      {"epoch=1-step=12.ckpt", 1, true}, {"epoch=2-step=15.ckpt", 2, false}, {"epoch=2-step=18.ckpt", 2, true}};
+  for (const auto& [name, epoch, finished] : expected) {
+    const fs::path path = dir_ / "ckpt" / name;
+    ASSERT_TRUE(fs::exists(path)) << path;
+    auto ckpt = lt::pickle_load_file(path.string()).toGenericDict();
+    EXPECT_EQ(ckpt.at("epoch").toInt(), epoch) << name;
+    ASSERT_TRUE(ckpt.contains("epoch_finished")) << name;
+    EXPECT_EQ(ckpt.at("epoch_finished").toBool(), finished) << name;
+    EXPECT_EQ(ckpt.contains("epoch_iteration"), !finished) << name;
+  }
+  auto resume = [&](const std::string& path) {
+    torch::manual_seed(999);
+    auto resumed = std::make_shared<Reference>();
+    lt::Trainer c(options(kEpochs));
+    c.fit(resumed, data(true), data(false), path);
+    EXPECT_EQ(c.global_step(), a.global_step()) << path;
+    EXPECT_EQ(c.current_epoch(), kEpochs) << path;
+    expect_same_weights(*straight, *resumed);
+  };
+  for (const char* name : {"epoch=0-step=6.ckpt", "epoch=1-step=10.ckpt"}) resume((dir_ / "ckpt" / name).string());
+  // The same checkpoints as lightning-cpp wrote them before "epoch_finished".
+  for (const char* name : {"epoch=0-step=6.ckpt", "epoch=1-step=10.ckpt"}) {
+    auto ckpt = lt::pickle_load_file((dir_ / "ckpt" / name).string()).toGenericDict();
+    if (ckpt.at("epoch_finished").toBool()) ckpt.insert_or_assign("epoch", ckpt.at("epoch").toInt() + 1);
+    ckpt.erase("epoch_finished");
+    const std::string old = (dir_ / (std::string("old-") + name)).string();
+    lt::atomic_pickle_save(ckpt, old);
+    resume(old);
+  }
+}
+
+// Hyperparameters keep their types in the checkpoint (Python reads them as
+// int, float, bool and str: tests/python/checkpoint_interop.py).
+TEST_F(CheckpointTest, HparamsKeepTheirTypesInCheckpoints) {
+  auto mc = std::make_shared<lt::ModelCheckpoint>(lt::ModelCheckpointOptions().dirpath(dir_.string()));
+  lt::Trainer trainer(options(1).callbacks({mc}));
+  trainer.fit(std::make_shared<Reference>(), data(true), data(false));
+  const auto hparams = lt::pickle_load_file(mc->best_model_path()).toGenericDict().at("hparams").toGenericDict();
+  ASSERT_EQ(hparams.size(), 4u);
+  EXPECT_TRUE(hparams.at("width").isInt() && hparams.at("width").toInt() == 8);
+  EXPECT_TRUE(hparams.at("lr").isDouble() && hparams.at("lr").toDouble() == 0.01);
+  EXPECT_TRUE(hparams.at("amsgrad").isBool() && !hparams.at("amsgrad").toBool());
+  EXPECT_TRUE(hparams.at("name").isString() && hparams.at("name").toStringRef() == "reference");
 }
 
 TEST_F(CheckpointTest, CorruptAndForeignFilesGiveClearErrors) {

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <regex>
 #include <sstream>
 
@@ -29,6 +30,11 @@ using lt::testing::CliResult;
 using lt::testing::CliTest;
 using lt::testing::TinyData;
 using lt::testing::TinyNet;
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
 
 const char* kTrainerKeys =
     "max_epochs, max_steps, accumulate_grad_batches, gradient_clip_val, gradient_clip_algorithm, "
@@ -211,7 +217,8 @@ TEST_F(CliTest, FitFromYamlWritesLogsConfigAndCheckpoint) {
   ASSERT_EQ(r.code, 0) << r.err;
   const fs::path v0 = dir_ / "lightning_logs" / "version_0";
   EXPECT_TRUE(fs::exists(v0 / "metrics.csv"));
-  EXPECT_TRUE(fs::exists(v0 / "hparams.yaml"));
+  // The model's hparams with their types: hidden from init_args, an integer.
+  EXPECT_EQ(read_text(v0 / "hparams.yaml"), "hidden: 8\n");
   EXPECT_TRUE(fs::exists(v0 / "config.yaml"));
   EXPECT_TRUE(fs::exists(v0 / "checkpoints" / "last.ckpt"));
   EXPECT_TRUE(fs::exists(v0 / "checkpoints" / "epoch=1-step=8.ckpt"));
@@ -297,7 +304,8 @@ TEST_F(CliTest, PluginWithAnotherApiVersionIsRefused) {
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err, std::string("error: plugin '") + LT_WRONG_VERSION_PLUGIN +
                        "' was built for lightning-cpp plugin API version 999, but this lightning-cpp has plugin API "
-                       "version 1; rebuild the plugin against this lightning-cpp\n");
+                       "version " + std::to_string(lt::kPluginApiVersion) +
+                       "; rebuild the plugin against this lightning-cpp\n");
   EXPECT_FALSE(registry_.contains<lt::LightningModule>("WrongVersionModel"));
 }
 

@@ -179,8 +179,9 @@ TEST_F(HostileConfig, FashionMnistOptionsAreCheckedAndKeptExactly) {
             std::string::npos)
       << bad.err;
   EXPECT_EQ(listing(), std::vector<std::string>{});
-  lt::examples::MlpClassifier model(lt::examples::ClassifierOptions().lr(1e-7));
-  EXPECT_EQ(model.hparams().at("lr"), "1e-07");
+  lt::examples::MlpClassifier model(lt::examples::ClassifierOptions().lr(1e-7).hidden(64));
+  EXPECT_EQ(model.hparams().at("lr"), lt::HParam(1e-7));  // the number, exactly
+  EXPECT_EQ(model.hparams().at("hidden"), lt::HParam(64));
 }
 
 // -- checkpoint files: exclusive temporaries, leftovers of killed runs, a full disk ---------

@@ -143,13 +143,15 @@ TEST_F(TensorBoardLoggerTest, ScalarsAndHparamsDecodeIndependently) {
   ASSERT_NO_FATAL_FAILURE(require_checker());
   const double before = unix_seconds();
   lt::TensorBoardLogger logger(lt::TensorBoardLoggerOptions(dir_.string()).flush_logs_every_n_steps(1000));
-  logger.log_hyperparams({{"lr", "1e-07"},
-                          {"hidden", "256"},
-                          {"shift", "-2.5"},
+  // Typed as given: a number given as a string ("8") stays a string.
+  logger.log_hyperparams({{"lr", 1e-7},
+                          {"hidden", 256},
+                          {"shift", -2.5},
                           {"optimizer", "adam w"},
-                          {"amsgrad", "true"},
-                          {"bias", "False"},
-                          {"run", "7a"}});
+                          {"amsgrad", true},
+                          {"bias", false},
+                          {"run", "7a"},
+                          {"width", "8"}});
   logger.log_metrics({{"train_loss", 0.1234567891}, {"tiny", 1e-8}}, 3);
   logger.log_metrics({{"val/acc", 2.0 / 3.0}}, 7);
   logger.log_metrics({{"huge", -2.5e30}}, int64_t{1} << 40);  // a 6-byte varint step
@@ -188,6 +190,7 @@ TEST_F(TensorBoardLoggerTest, ScalarsAndHparamsDecodeIndependently) {
       "hparams experiment hparam optimizer DATA_TYPE_STRING",
       "hparams experiment hparam run DATA_TYPE_STRING",
       "hparams experiment hparam shift DATA_TYPE_FLOAT64",
+      "hparams experiment hparam width DATA_TYPE_STRING",
       "hparams experiment metric hp_metric",
       "hparams session_start_info amsgrad bool true",
       "hparams session_start_info bias bool false",
@@ -196,6 +199,7 @@ TEST_F(TensorBoardLoggerTest, ScalarsAndHparamsDecodeIndependently) {
       "hparams session_start_info optimizer string adam w",
       "hparams session_start_info run string 7a",
       "hparams session_start_info shift number " + g17(-2.5),
+      "hparams session_start_info width string 8",
       "hparams session_end_info STATUS_SUCCESS",
       scalar(3, "tiny", 1e-8),
       scalar(3, "train_loss", 0.1234567891),
@@ -210,14 +214,15 @@ TEST_F(TensorBoardLoggerTest, ScalarsAndHparamsDecodeIndependently) {
 
   // hparams.yaml beside it, as CSVLogger writes it.
   const std::string yaml = read_bytes(version0 / lt::TensorBoardLogger::kHparamsFile);
-  EXPECT_NE(yaml.find("lr: 1e-07\n"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("lr: 1.0e-07\n"), std::string::npos) << yaml;
   EXPECT_NE(yaml.find("optimizer: adam w\n"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("width: '8'\n"), std::string::npos) << yaml;
 }
 
 TEST_F(TensorBoardLoggerTest, WithoutDefaultHpMetricTheExperimentHasNoMetric) {
   ASSERT_NO_FATAL_FAILURE(require_checker());
   lt::TensorBoardLogger logger(lt::TensorBoardLoggerOptions(dir_.string()).default_hp_metric(false));
-  logger.log_hyperparams({{"width", "8"}});
+  logger.log_hyperparams({{"width", 8}});
   logger.save();
   const Decoded d = decode(logger.events_file());
   ASSERT_EQ(d.rc, 0) << d.output;
@@ -438,7 +443,7 @@ class Regressor : public lt::LightningModule {
  public:
   Regressor() {
     fc = register_module("fc", torch::nn::Linear(4, 1));
-    hparams()["lr"] = "0.05";
+    hparams()["lr"] = 0.05;
     hparams()["optimizer"] = "sgd";
   }
   torch::Tensor training_step(const lt::Batch& batch, int64_t) override {
@@ -486,6 +491,12 @@ TEST_F(TensorBoardLoggerTest, AFitLogsEveryStepsLossAndTheModulesHparams) {
     expected.push_back(scalar(static_cast<int64_t>(i + 1), "loss", model->losses[i]));
   }
   EXPECT_EQ(scalars(d, "loss"), expected) << d.output;
+  // The epoch beside every step's values, as Lightning's logger connector adds it.
+  expected.clear();
+  for (size_t i = 0; i < model->losses.size(); ++i) {
+    expected.push_back(scalar(static_cast<int64_t>(i + 1), "epoch", static_cast<double>(i / 6)));
+  }
+  EXPECT_EQ(scalars(d, "epoch"), expected) << d.output;
   for (const std::string& line : {std::string("hparams session_start_info lr number ") + g17(0.05),
                                   std::string("hparams session_start_info optimizer string sgd"),
                                   std::string("hparams experiment hparam lr DATA_TYPE_FLOAT64")}) {

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iterator>
 #include <sstream>
+#include <variant>
 
 #include <ATen/CPUGeneratorImpl.h>
 
@@ -205,7 +206,11 @@ StateDict Trainer::dump_checkpoint() {
   LT_CHECK(module_ != nullptr, "Trainer::dump_checkpoint: no module is attached (call it during a run)");
   StateDict ckpt = new_state_dict();
   ckpt.insert("state_dict", module_state_dict(*module_));
-  ckpt.insert("epoch", state_.epoch_ended ? state_.current_epoch + 1 : state_.current_epoch);
+  // Lightning's "epoch": the epoch during which the checkpoint was saved, at
+  // its end too; whether it was finished (Lightning keeps that in its loops'
+  // progress) is what says where a resumed run starts.
+  ckpt.insert("epoch", state_.current_epoch);
+  ckpt.insert("epoch_finished", state_.epoch_ended);
   ckpt.insert("global_step", state_.global_step);
   // Mid-epoch: where the epoch is, so that a resumed run goes on from there
   // (the loader's order is fixed by its seed and the epoch).
@@ -222,8 +227,10 @@ StateDict Trainer::dump_checkpoint() {
     logger->save();  // what the checkpoint counts is on disk
     ckpt.insert("logger", logger->state_dict());
   }
-  c10::Dict<std::string, std::string> hparams;
-  for (const auto& [k, v] : module_->hparams()) hparams.insert(k, v);
+  StateDict hparams = new_state_dict();
+  for (const auto& [k, v] : module_->hparams()) {
+    std::visit([&, key = k](const auto& value) { hparams.insert(key, value); }, v.value());
+  }
   ckpt.insert("hparams", hparams);
   ckpt.insert("lightning_cpp_version", std::string("0.1.0"));
   {
@@ -258,7 +265,9 @@ void Trainer::restore_checkpoint(const std::string& path) {
   LT_CHECK_VALUE(raw.contains("state_dict") && raw.contains("epoch") && raw.contains("global_step"),
                  "checkpoint '", path, "' lacks state_dict/epoch/global_step");
   load_module_state_dict(*module_, state_dict_from(loaded, path));
-  state_.current_epoch = raw.at("epoch").toInt();
+  // Without "epoch_finished" (lightning-cpp before it), "epoch" is the epoch to run next.
+  const bool finished = raw.contains("epoch_finished") && raw.at("epoch_finished").toBool();
+  state_.current_epoch = raw.at("epoch").toInt() + (finished ? 1 : 0);
   state_.global_step = raw.at("global_step").toInt();
   state_.resume_iteration = raw.contains("epoch_iteration") ? raw.at("epoch_iteration").toInt() : 0;
   if (optim_.optimizer && raw.contains("optimizer")) optimizer_from_bytes(*optim_.optimizer, raw.at("optimizer").toTensor());

@@ -2,10 +2,12 @@
 // Checkpoint file layout (one file, written with torch::pickle_save so that
 // Python's torch.load reads it):
 //   {"state_dict": {param/buffer name -> tensor},   # names as PyTorch uses them
-//    "epoch": int, "global_step": int,               # epoch = next epoch to run
+//    "epoch": int, "global_step": int,               # epoch: current_epoch when saved (Lightning's)
+//    "epoch_finished": bool,                           # saved at that epoch's end: resume at the next
 //    "optimizer": uint8 tensor (LibTorch optimizer archive),
 //    "lr_scheduler": {...}, "callbacks": {state_key -> {...}},
-//    "hparams": {str -> str}, "lightning_cpp_version": str,
+//    "hparams": {str -> bool|int|float|str},          # typed, as the module set them
+//    "lightning_cpp_version": str,
 //    "rng_states": {"torch": uint8 tensor},           # torch's CPU generator
 //    "lr_scheduler_epoch_step_pending": bool,          # see restore_checkpoint
 //    "epoch_iteration": int,                           # mid-epoch: iterations done

@@ -64,8 +64,8 @@ MlpClassifier::MlpClassifier(ClassifierOptions options) : ClassifierBase(options
   fc1_ = register_module("fc1", torch::nn::Linear(28 * 28, options.hidden()));
   fc2_ = register_module("fc2", torch::nn::Linear(options.hidden(), options.hidden()));
   fc3_ = register_module("fc3", torch::nn::Linear(options.hidden(), 10));
-  hparams()["hidden"] = std::to_string(options.hidden());
-  hparams()["lr"] = c10::str(options.lr());  // 1e-07, where std::to_string wrote 0.000000
+  hparams()["hidden"] = options.hidden();
+  hparams()["lr"] = options.lr();
 }
 
 torch::Tensor MlpClassifier::forward(torch::Tensor x) {
@@ -80,8 +80,8 @@ CnnClassifier::CnnClassifier(ClassifierOptions options) : ClassifierBase(options
   conv2_ = register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(16, 32, 3).padding(1)));
   fc1_ = register_module("fc1", torch::nn::Linear(32 * 7 * 7, options.hidden()));
   fc2_ = register_module("fc2", torch::nn::Linear(options.hidden(), 10));
-  hparams()["hidden"] = std::to_string(options.hidden());
-  hparams()["lr"] = c10::str(options.lr());  // 1e-07, where std::to_string wrote 0.000000
+  hparams()["hidden"] = options.hidden();
+  hparams()["lr"] = options.lr();
 }
 
 torch::Tensor CnnClassifier::forward(torch::Tensor x) {

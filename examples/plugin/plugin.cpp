@@ -58,8 +58,8 @@ class LinearRegressor : public lt::LightningModule {
  public:
   LinearRegressor(int64_t features, double lr) : lr_(lr) {
     linear_ = register_module("linear", torch::nn::Linear(features, 1));
-    hparams()["features"] = std::to_string(features);
-    hparams()["lr"] = c10::str(lr);
+    hparams()["features"] = features;
+    hparams()["lr"] = lr;
   }
   torch::Tensor training_step(const lt::Batch& batch, int64_t /*batch_idx*/) override {
     auto loss = torch::mse_loss(linear_(batch.data), batch.target);

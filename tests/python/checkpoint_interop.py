@@ -27,8 +27,15 @@ class Reference(nn.Module):
 def read(ckpt_path, out_path):
     ckpt = torch.load(ckpt_path)
     assert isinstance(ckpt, dict), type(ckpt)
-    for key in ("state_dict", "epoch", "global_step", "optimizer", "callbacks", "hparams"):
+    for key in ("state_dict", "epoch", "epoch_finished", "global_step", "optimizer", "callbacks", "hparams"):
         assert key in ckpt, key
+    # Lightning's "epoch": the epoch during which it was saved (last.ckpt of a
+    # 2-epoch fit: at the end of epoch 1), whether finished kept apart.
+    assert ckpt["epoch"] == 1 and ckpt["epoch_finished"] is True, (ckpt["epoch"], ckpt["epoch_finished"])
+    # Hyperparameters keep their types (Reference in tests/checkpoint_test.cpp).
+    hparams = ckpt["hparams"]
+    assert hparams == {"width": 8, "lr": 0.01, "amsgrad": False, "name": "reference"}, hparams
+    assert [type(hparams[k]) for k in ("width", "lr", "amsgrad", "name")] == [int, float, bool, str], hparams
     state = ckpt["state_dict"]
     assert all(isinstance(v, torch.Tensor) for v in state.values())
     # The names are what PyTorch uses: the reference net accepts the state_dict as is.

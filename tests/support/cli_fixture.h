@@ -36,7 +36,7 @@ class TinyNet : public lt::LightningModule {
   TinyNet(int64_t hidden, double lr) : lr_(lr) {
     fc1_ = register_module("fc1", torch::nn::Linear(4, hidden));
     fc2_ = register_module("fc2", torch::nn::Linear(hidden, 1));
-    hparams()["hidden"] = std::to_string(hidden);
+    hparams()["hidden"] = hidden;
   }
   torch::Tensor forward(const torch::Tensor& x) { return fc2_(torch::relu(fc1_(x))); }
   torch::Tensor training_step(const lt::Batch& b, int64_t) override {
