@@ -63,6 +63,7 @@ class ModelCheckpoint : public Callback {
   // After setup: "last": the newest .ckpt in dirpath; "best": best_model_path()
   // or, before this callback saved or loaded one, the newest checkpoint's.
   std::string checkpoint_path(const std::string& which) const override;
+  std::string checkpoint_dir() const override { return dirpath_; }
   void on_train_epoch_end(Trainer& trainer, LightningModule& module) override;
 
   StateDict state_dict() const override;

@@ -312,7 +312,8 @@ const ArgSchema& trainer_schema() {
         .add_bool("enable_model_summary", d.enable_model_summary(), "add a ModelSummary if none is configured")
         .add_bool("use_distributed_sampler", d.use_distributed_sampler(),
                   "ddp: shard each loader by rank (false: loaders as given, e.g. per-rank data)")
-        .add_bool("enable_checkpointing", true, "fit: add a ModelCheckpoint if none is configured");
+        .add_bool("enable_checkpointing", true,
+                  "add a ModelCheckpoint if none is configured (fit saves with it; ckpt_path best/last finds with it)");
   }();
   return schema;
 }
@@ -600,7 +601,9 @@ RunObjects build_run(const ConfigNode& resolved, const Registry& registry, const
     has_checkpoint |= dynamic_cast<ModelCheckpoint*>(cb.get()) != nullptr;
     callbacks.push_back(std::move(cb));
   }
-  if (subcommand == "fit" && trainer_args.get_bool("enable_checkpointing") && !has_checkpoint) {
+  // In every subcommand, as Lightning's Trainer adds it: validate, test and
+  // predict find ckpt_path best and last through it.
+  if (trainer_args.get_bool("enable_checkpointing") && !has_checkpoint) {
     callbacks.push_back(std::make_shared<ModelCheckpoint>());
   }
   if (subcommand == "fit") callbacks.push_back(std::make_shared<SaveConfigCallback>(to_yaml(resolved)));

@@ -96,6 +96,9 @@ class Callback {
   // A checkpointing callback's answer to ckpt_path "last" (its newest
   // checkpoint) or "best" (its best one): a path, or empty.
   virtual std::string checkpoint_path(const std::string& /*which*/) const { return {}; }
+  // The folder checkpoint_path looks in (after setup), named when it finds
+  // nothing; empty for a callback that keeps no checkpoints.
+  virtual std::string checkpoint_dir() const { return {}; }
 };
 
 }  // namespace lt

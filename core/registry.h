@@ -254,7 +254,8 @@ class Registry {
 // -- shared-library plugins ------------------------------------------------------------
 // Bump when Registry, ArgSchema, InitArgs or a registrable base class changes
 // in a way that breaks plugins built against the previous version.
-// 2: HParams holds typed values (LightningModule's and Logger's layout changed).
+// 2: HParams holds typed values (LightningModule's and Logger's layout
+//    changed); Callback::checkpoint_dir.
 constexpr uint32_t kPluginApiVersion = 2;
 
 struct PluginInfo {

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <sstream>
 #include <tuple>
@@ -51,6 +52,8 @@ class Reference : public lt::LightningModule {
     return loss;
   }
   void validation_step(const lt::Batch& b, int64_t) override { log("val_loss", torch::mse_loss(forward(b.data), b.target)); }
+  void test_step(const lt::Batch& b, int64_t) override { log("test_loss", torch::mse_loss(forward(b.data), b.target)); }
+  torch::Tensor predict_step(const lt::Batch& b, int64_t) override { return forward(b.data); }
   lt::OptimizerConfig configure_optimizers() override {
     auto opt = std::make_shared<torch::optim::Adam>(parameters(), torch::optim::AdamOptions(0.01));
     return lt::OptimizerConfig(opt, std::make_shared<lt::StepLR>(*opt, 1, 0.7), lt::Interval::kEpoch);
@@ -349,6 +352,100 @@ TEST_F(CheckpointTest, CheckpointEpochIsLightningsCurrentEpoch) {
     const std::string old = (dir_ / (std::string("old-") + name)).string();
     lt::atomic_pickle_save(ckpt, old);
     resume(old);
+  }
+}
+
+// ckpt_path "best" and "last" for fit, validate, test and predict, in the
+// Trainer that fitted (best: its ModelCheckpoint's best_model_path) and in a
+// new one (best: the best model the newest checkpoint names; last: the newest
+// checkpoint in the folder). Each stage runs with that file's weights; with
+// no checkpoint, each names what is missing.
+TEST_F(CheckpointTest, CkptPathBestAndLastInEveryStage) {
+  const fs::path folder = dir_ / "ckpt";
+  auto checkpoint = [](const fs::path& dirpath) {
+    // The best model is the worst one (mode max), so that it is not the last.
+    return std::make_shared<lt::ModelCheckpoint>(
+        lt::ModelCheckpointOptions().dirpath(dirpath.string()).monitor("val_loss").mode("max").save_last(true));
+  };
+  struct Outcome {
+    double val_loss, test_loss;
+    torch::Tensor predictions;
+  };
+  auto run_stages = [&](lt::Trainer& t, const std::string& ckpt_path) {
+    // A fresh model each time: its own initial weights never pass for the file's.
+    auto model = [] { return std::make_shared<Reference>(); };
+    return Outcome{t.validate(model(), data(false), ckpt_path).at("val_loss"),
+                   t.test(model(), data(false), ckpt_path).at("test_loss"),
+                   torch::cat(t.predict(model(), data(false), ckpt_path))};
+  };
+  auto with_weights_of = [&](const std::string& file) {
+    auto model = std::make_shared<Reference>();
+    lt::load_weights(*model, file);
+    lt::Trainer t(options(1));
+    return Outcome{t.validate(model, data(false)).at("val_loss"), t.test(model, data(false)).at("test_loss"),
+                   torch::cat(t.predict(model, data(false)))};
+  };
+  auto expect_same = [](const Outcome& a, const Outcome& b, const std::string& what) {
+    EXPECT_EQ(a.val_loss, b.val_loss) << what;
+    EXPECT_EQ(a.test_loss, b.test_loss) << what;
+    EXPECT_TRUE(torch::equal(a.predictions, b.predictions)) << what;
+  };
+  auto error_of = [](const std::function<void()>& stage) -> std::string {
+    try {
+      stage();
+    } catch (const lt::ValueError& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+
+  // No checkpoint yet, and no ModelCheckpoint: each stage says which is missing.
+  for (const char* which : {"best", "last"}) {
+    lt::Trainer empty(options(1).callbacks({checkpoint(folder)}));
+    lt::Trainer none(options(1));
+    const std::string where = "' (the ModelCheckpoint's dirpath: ";
+    const std::map<std::string, std::function<void(lt::Trainer&)>> stages = {
+        {"fit", [&](lt::Trainer& t) { t.fit(std::make_shared<Reference>(), data(true), data(false), which); }},
+        {"validate", [&](lt::Trainer& t) { t.validate(std::make_shared<Reference>(), data(false), which); }},
+        {"test", [&](lt::Trainer& t) { t.test(std::make_shared<Reference>(), data(false), which); }},
+        {"predict", [&](lt::Trainer& t) { t.predict(std::make_shared<Reference>(), data(false), which); }}};
+    for (const auto& [fn, stage] : stages) {
+      const std::string what = "Trainer." + fn + ": ckpt_path: " + which + ": no " + which + " checkpoint was found";
+      const std::string in_folder = error_of([&] { stage(empty); });
+      EXPECT_EQ(in_folder.rfind(what + " in '" + folder.string() + where, 0), 0u) << in_folder;
+      const std::string no_callback = error_of([&] { stage(none); });
+      EXPECT_EQ(no_callback.rfind(what + ": no ModelCheckpoint callback is configured", 0), 0u) << no_callback;
+    }
+  }
+
+  torch::manual_seed(0);
+  auto mc = checkpoint(folder);
+  lt::Trainer fitted(options(3).callbacks({mc}));
+  fitted.fit(std::make_shared<Reference>(), data(true), data(false));
+  const std::string best = mc->best_model_path(), last = (folder / "last.ckpt").string();
+  ASSERT_NE(fs::path(best).filename(), "last.ckpt");
+  const std::map<std::string, Outcome> expected = {{"best", with_weights_of(best)}, {"last", with_weights_of(last)}};
+  ASSERT_NE(expected.at("best").val_loss, expected.at("last").val_loss);
+  for (const char* which : {"best", "last"}) {
+    expect_same(run_stages(fitted, which), expected.at(which), std::string("the fitting Trainer, ") + which);
+    lt::Trainer fresh(options(1).callbacks({checkpoint(folder)}));
+    expect_same(run_stages(fresh, which), expected.at(which), std::string("a new Trainer, ") + which);
+  }
+
+  // fit resumes from them: after the best model's epoch, or epoch 2 (last);
+  // max_epochs is reached there, so that nothing new is written into the folder.
+  struct AtTrainStart : lt::Callback {
+    std::string name() const override { return "at_train_start"; }
+    void on_train_start(lt::Trainer& t, lt::LightningModule&) override { at = {t.current_epoch(), t.global_step()}; }
+    std::pair<int64_t, int64_t> at{-1, -1};
+  };
+  const int64_t after_best = lt::pickle_load_file(best).toGenericDict().at("epoch").toInt() + 1;
+  ASSERT_LT(after_best, 3);
+  for (const auto& [which, epochs] : {std::pair<std::string, int64_t>{"best", after_best}, {"last", 3}}) {
+    auto start = std::make_shared<AtTrainStart>();
+    lt::Trainer resumed(options(epochs).callbacks({checkpoint(folder), start}));
+    resumed.fit(std::make_shared<Reference>(), data(true), data(false), which);
+    EXPECT_EQ(start->at, std::make_pair(epochs, epochs * 6)) << which;
   }
 }
 

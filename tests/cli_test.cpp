@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <regex>
 #include <sstream>
 
@@ -16,6 +17,7 @@
 #include <lightning_cpp/cli/register_builtins.h>
 #include <lightning_cpp/core/registry.h>
 #include <lightning_cpp/data/fashion_mnist.h>
+#include <lightning_cpp/trainer/checkpoint.h>
 #include <lightning_cpp/trainer/trainer.h>
 
 #include "fashion_mnist/fashion_mnist.h"
@@ -246,6 +248,67 @@ TEST_F(CliTest, FitFromYamlWritesLogsConfigAndCheckpoint) {
   const std::string best = (dir_ / "lightning_logs" / "version_2" / "checkpoints" / "epoch=1-step=8.ckpt").string();
   EXPECT_EQ(v.out, cli({"validate", "--config", a, "--ckpt_path", best}).out);
   EXPECT_NE(v.out, cli({"validate", "--config", a}).out) << "the untrained model validates alike";
+}
+
+// ckpt_path best and last in every subcommand with the default callbacks (no
+// ModelCheckpoint in the config: one is added in every subcommand, as
+// Lightning's Trainer adds it). Before a fit: a clear error. After it,
+// validate, test and predict in a new process take the weights of that run's
+// best and newest checkpoint (one file here: the default keeps the newest),
+// and log beside it; fit resumes from it.
+TEST_F(CliTest, CkptPathBestAndLastInEverySubcommand) {
+  const std::string a = write("a.yaml", "seed_everything: 3\ntrainer:\n  max_epochs: 2\n  enable_progress_bar: false\n"
+                                        "model: {class_path: TinyNet, init_args: {hidden: 8}}\ndata: TinyData\n");
+  const fs::path logs = dir_ / "lightning_logs", v0 = logs / "version_0";
+  for (const char* which : {"best", "last"}) {
+    const CliResult r = cli({"test", "--config", a, std::string("--ckpt_path=") + which});
+    EXPECT_EQ(r.code, 2) << r.err;
+    const std::string expected = std::string("error: Trainer.test: ckpt_path: ") + which + ": no " + which +
+                                 " checkpoint was found in './lightning_logs/version_0/checkpoints' (the "
+                                 "ModelCheckpoint's dirpath: ";
+    EXPECT_EQ(r.err.rfind(expected, 0), 0u) << r.err;
+  }
+  ASSERT_EQ(cli({"fit", "--config", a}).code, 0);
+  const fs::path ckpt = v0 / "checkpoints" / "epoch=1-step=8.ckpt";
+  ASSERT_TRUE(fs::exists(ckpt));
+  fs::copy_file(ckpt, dir_ / "copy.ckpt");
+  auto predictions = [&](const fs::path& folder) {
+    const c10::IValue list = lt::pickle_load_file((folder / "predictions.pt").string());
+    std::vector<torch::Tensor> batches;
+    for (const c10::IValue& b : list.toListRef()) batches.push_back(b.toTensor());
+    return torch::cat(batches);
+  };
+  std::map<std::string, std::string> out;
+  std::map<std::string, torch::Tensor> predicted;
+  for (const std::string which : {"best", "last"}) {
+    for (const std::string subcommand : {"validate", "test", "predict"}) {
+      const CliResult r = cli({subcommand, "--config", a, "--ckpt_path=" + which});
+      ASSERT_EQ(r.code, 0) << subcommand << " " << which << ": " << r.err;
+      out[subcommand + " " + which] = r.out;
+    }
+    predicted[which] = predictions(v0);
+  }
+  EXPECT_FALSE(fs::exists(logs / "version_1")) << "they log beside the fit";
+  // fit goes on from the last checkpoint, in its folder.
+  ASSERT_EQ(cli({"fit", "--config", a, "--ckpt_path=last", "--trainer.max_epochs=3"}).code, 0);
+  EXPECT_TRUE(fs::exists(v0 / "checkpoints" / "epoch=2-step=12.ckpt"));
+  EXPECT_FALSE(fs::exists(logs / "version_1"));
+
+  // The same as with the file's path (each run logs to a new version).
+  for (const std::string subcommand : {"validate", "test"}) {
+    const CliResult r = cli({subcommand, "--config", a, "--ckpt_path", (dir_ / "copy.ckpt").string()});
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.out.find("_loss: "), std::string::npos) << r.out;
+    EXPECT_EQ(out[subcommand + " best"], r.out) << subcommand;
+    EXPECT_EQ(out[subcommand + " last"], r.out) << subcommand;
+    EXPECT_NE(cli({subcommand, "--config", a}).out, r.out) << "the untrained model " << subcommand << "s alike";
+  }
+  ASSERT_EQ(cli({"predict", "--config", a, "--ckpt_path", (dir_ / "copy.ckpt").string()}).code, 0);
+  const torch::Tensor from_path = predictions(logs / "version_5");
+  EXPECT_TRUE(torch::equal(predicted["best"], from_path));
+  EXPECT_TRUE(torch::equal(predicted["last"], from_path));
+  ASSERT_EQ(cli({"predict", "--config", a}).code, 0);
+  EXPECT_FALSE(torch::equal(predictions(logs / "version_6"), from_path)) << "the untrained model predicts alike";
 }
 
 TEST_F(CliTest, PredictWritesPredictions) {

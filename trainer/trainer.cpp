@@ -119,6 +119,17 @@ std::string Trainer::log_dir() const {
 
 namespace {
 bool names_a_checkpoint(const std::string& ckpt_path) { return ckpt_path == "last" || ckpt_path == "best"; }
+
+// The Trainer method a stage is run by, as Lightning's messages name it.
+const char* trainer_fn(Stage stage) {
+  switch (stage) {
+    case Stage::kTrain: return "fit";
+    case Stage::kValidate: return "validate";
+    case Stage::kTest: return "test";
+    case Stage::kPredict: return "predict";
+    default: return stage_name(stage);
+  }
+}
 }  // namespace
 
 std::string Trainer::resolve_ckpt_path(const std::string& ckpt_path, Run& run, bool restarted) {
@@ -138,10 +149,21 @@ std::string Trainer::resolve_ckpt_path(const std::string& ckpt_path, Run& run, b
   }
   // Every rank resumes from the file rank 0 found.
   if (strategy_->world_size() > 1) path = strategy_->all_gather_bytes(path).at(0);
+  if (path.empty() && !restarted) {
+    std::vector<std::string> dirs;
+    for (const auto& cb : run.hooks.callbacks()) {
+      if (!cb->checkpoint_dir().empty()) dirs.push_back("'" + cb->checkpoint_dir() + "'");
+    }
+    const std::string what = c10::str("Trainer.", trainer_fn(run.stage), ": ckpt_path: ", which, ": no ", which,
+                                      " checkpoint was found");
+    LT_CHECK_VALUE(!dirs.empty(), what, ": no ModelCheckpoint callback is configured (", which,
+                   " names one of its checkpoints); add one, or give a checkpoint's path");
+    throw ValueError(c10::str(what, " in ", c10::Join(", ", dirs), " (the ModelCheckpoint's dirpath: ",
+                              which == "last" ? "no .ckpt file there"
+                                              : "this Trainer saved no best model, and no .ckpt file there names one",
+                              "); fit with it first, or give a checkpoint's path"));
+  }
   if (path.empty()) {
-    LT_CHECK_VALUE(restarted, "ckpt_path: ", which, ": no ", which,
-                   " checkpoint was found (it comes from a ModelCheckpoint callback: its dirpath, or its best model "
-                   "in this Trainer)");
     rank_zero_info("lightning-cpp: restarted by torchrun (TORCHELASTIC_RESTART_COUNT=",
                    env::get_int("TORCHELASTIC_RESTART_COUNT").value_or(0), ") with no checkpoint yet: starting anew");
     return {};
