@@ -47,14 +47,11 @@ std::vector<std::string> csv_fields(const std::string& line) {
 }
 }  // namespace
 
-CSVLogger::CSVLogger(CSVLoggerOptions options) : options_(std::move(options)) {
-  LT_CHECK_VALUE(!options_.name().empty(), "CSVLogger: name must not be empty");
+CSVLogger::CSVLogger(CSVLoggerOptions options)
+    : options_(std::move(options)),
+      folder_("CSVLogger", options_.save_dir(), options_.name(), options_.version()) {
   LT_CHECK_VALUE(options_.flush_logs_every_n_steps() >= 1, "CSVLogger: flush_logs_every_n_steps must be >= 1, got ",
                  options_.flush_logs_every_n_steps());
-  if (options_.version()) {
-    LT_CHECK_VALUE(*options_.version() >= 0, "CSVLogger: version must be >= 0, got ", *options_.version());
-  }
-  version_ = options_.version();
 }
 
 CSVLogger::~CSVLogger() {
@@ -64,13 +61,10 @@ CSVLogger::~CSVLogger() {
   }
 }
 
-int64_t CSVLogger::version() const {
-  if (!version_) version_ = newest_version(options_.save_dir(), options_.name()) + 1;
-  return *version_;
-}
+int64_t CSVLogger::version() const { return folder_.version(); }
 
 void CSVLogger::continue_previous() {
-  if (!version_) version_ = std::max<int64_t>(newest_version(options_.save_dir(), options_.name()), 0);
+  folder_.continue_previous();
   if (rows_.empty() && !header_written_) read_metrics();
 }
 
@@ -120,9 +114,7 @@ void CSVLogger::read_metrics() {
   header_written_ = true;
 }
 
-std::string CSVLogger::log_dir() const {
-  return (fs::path(options_.save_dir()) / options_.name() / ("version_" + std::to_string(version()))).string();
-}
+std::string CSVLogger::log_dir() const { return folder_.path(); }
 
 void CSVLogger::log_metrics(const std::map<std::string, double>& metrics, int64_t step) {
   rows_.push_back(Row{step, metrics});

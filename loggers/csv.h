@@ -17,6 +17,7 @@
 #include <torch/arg.h>
 
 #include <lightning_cpp/core/logger.h>
+#include <lightning_cpp/loggers/utilities.h>
 
 namespace lt {
 
@@ -61,7 +62,7 @@ class CSVLogger : public Logger {
   void read_metrics();
 
   CSVLoggerOptions options_;
-  mutable std::optional<int64_t> version_;
+  VersionFolder folder_;
   HParams hparams_;
   std::vector<std::string> keys_;  // sorted, "step" included
   std::vector<Row> rows_;          // every row so far (rewritten when a new key appears)

@@ -202,15 +202,12 @@ int64_t next_file_counter() {
 
 }  // namespace
 
-TensorBoardLogger::TensorBoardLogger(TensorBoardLoggerOptions options) : options_(std::move(options)) {
-  LT_CHECK_VALUE(!options_.name().empty(), "TensorBoardLogger: name must not be empty");
+TensorBoardLogger::TensorBoardLogger(TensorBoardLoggerOptions options)
+    : options_(std::move(options)),
+      folder_("TensorBoardLogger", options_.save_dir(), options_.name(), options_.version()) {
   LT_CHECK_VALUE(options_.flush_logs_every_n_steps() >= 1,
                  "TensorBoardLogger: flush_logs_every_n_steps must be >= 1, got ", options_.flush_logs_every_n_steps());
   LT_CHECK_VALUE(options_.flush_secs() >= 0, "TensorBoardLogger: flush_secs must be >= 0, got ", options_.flush_secs());
-  if (options_.version()) {
-    LT_CHECK_VALUE(*options_.version() >= 0, "TensorBoardLogger: version must be >= 0, got ", *options_.version());
-  }
-  version_ = options_.version();
 }
 
 TensorBoardLogger::~TensorBoardLogger() {
@@ -220,18 +217,11 @@ TensorBoardLogger::~TensorBoardLogger() {
   }
 }
 
-int64_t TensorBoardLogger::version() const {
-  if (!version_) version_ = newest_version(options_.save_dir(), options_.name()) + 1;
-  return *version_;
-}
+int64_t TensorBoardLogger::version() const { return folder_.version(); }
 
-std::string TensorBoardLogger::log_dir() const {
-  return (fs::path(options_.save_dir()) / options_.name() / ("version_" + std::to_string(version()))).string();
-}
+std::string TensorBoardLogger::log_dir() const { return folder_.path(); }
 
-void TensorBoardLogger::continue_previous() {
-  if (!version_) version_ = std::max<int64_t>(newest_version(options_.save_dir(), options_.name()), 0);
-}
+void TensorBoardLogger::continue_previous() { folder_.continue_previous(); }
 
 StateDict TensorBoardLogger::state_dict() const {
   StateDict s = new_state_dict();

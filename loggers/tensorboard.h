@@ -29,6 +29,7 @@
 #include <torch/arg.h>
 
 #include <lightning_cpp/core/logger.h>
+#include <lightning_cpp/loggers/utilities.h>
 
 namespace lt {
 
@@ -81,7 +82,7 @@ class TensorBoardLogger : public Logger {
   void flush();
 
   TensorBoardLoggerOptions options_;
-  mutable std::optional<int64_t> version_;
+  VersionFolder folder_;
   HParams hparams_;
   std::string events_file_;
   std::string pending_;  // framed records not yet appended

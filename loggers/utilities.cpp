@@ -10,11 +10,31 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/files.h>
 
 namespace lt {
 
 namespace fs = std::filesystem;
+
+VersionFolder::VersionFolder(const char* logger, std::string save_dir, std::string name, std::optional<int64_t> version)
+    : save_dir_(std::move(save_dir)), name_(std::move(name)), version_(version) {
+  LT_CHECK_VALUE(!name_.empty(), logger, ": name must not be empty");
+  if (version_) LT_CHECK_VALUE(*version_ >= 0, logger, ": version must be >= 0, got ", *version_);
+}
+
+int64_t VersionFolder::version() const {
+  if (!version_) version_ = newest_version(save_dir_, name_) + 1;
+  return *version_;
+}
+
+std::string VersionFolder::path() const {
+  return (std::filesystem::path(save_dir_) / name_ / ("version_" + std::to_string(version()))).string();
+}
+
+void VersionFolder::continue_previous() {
+  if (!version_) version_ = std::max<int64_t>(newest_version(save_dir_, name_), 0);
+}
 
 int64_t newest_version(const std::string& save_dir, const std::string& name) {
   const fs::path root = fs::path(save_dir) / name;

@@ -4,6 +4,7 @@
 // loggers lay them out.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include <lightning_cpp/core/types.h>
@@ -13,6 +14,22 @@ namespace lt {
 // The highest N of the folders <save_dir>/<name>/version_N, or -1 if there
 // is none (or no such folder). The next free version is that + 1.
 int64_t newest_version(const std::string& save_dir, const std::string& name);
+
+// A file logger's folder <save_dir>/<name>/version_<N>. N is the given
+// version, else fixed at the first version() call: the next free one, or, in
+// a run that goes on with an earlier one (continue_previous), the newest.
+// Checks the name and version, naming `logger` in the error.
+class VersionFolder {
+ public:
+  VersionFolder(const char* logger, std::string save_dir, std::string name, std::optional<int64_t> version);
+  int64_t version() const;
+  std::string path() const;
+  void continue_previous();
+
+ private:
+  std::string save_dir_, name_;
+  mutable std::optional<int64_t> version_;
+};
 
 // Replaces `path` (atomically, core/files.h) with `params` as a YAML map,
 // "{}" when there are none, typed as PyYAML writes Lightning's: numbers and
