@@ -24,7 +24,10 @@
 #include <lightning_cpp/trainer/checkpoint.h>
 #include <lightning_cpp/trainer/trainer.h>
 
+#include "support/multiprocess.h"
 #include "support/seeding.h"
+
+using lt::testing::read_file;
 
 namespace fs = std::filesystem;
 
@@ -92,13 +95,6 @@ struct CheckpointTest : lt::testing::SeedingFixture {
   }
   fs::path dir_;
 };
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 void expect_same_weights(const torch::nn::Module& a, const torch::nn::Module& b) {
   auto sa = lt::module_state_dict(a), sb = lt::module_state_dict(b);
@@ -269,7 +265,7 @@ TEST_F(CheckpointTest, ResumedRunContinuesItsLoggerFolderAndMetrics) {
   torch::manual_seed(0);
   lt::Trainer b(trainer_options(run_dir, {std::make_shared<CrashAt>(15)}));
   EXPECT_THROW(b.fit(std::make_shared<Reference>(), data(true), data(false)), std::runtime_error);
-  const std::string metrics = read_text(version0 / "metrics.csv");
+  const std::string metrics = read_file(version0 / "metrics.csv");
   ASSERT_NE(metrics.find("\n2,14,"), std::string::npos) << "the crashed run's rows after its checkpoint:\n" << metrics;
 
   auto resumed = std::make_shared<Reference>();
@@ -277,8 +273,8 @@ TEST_F(CheckpointTest, ResumedRunContinuesItsLoggerFolderAndMetrics) {
   c.fit(resumed, data(true), data(false), "last");
   expect_same_weights(*straight, *resumed);
   EXPECT_FALSE(fs::exists(run_dir / "lightning_logs" / "version_1")) << "the resumed run started a new version";
-  EXPECT_EQ(read_text(version0 / "metrics.csv"),
-            read_text(straight_dir / "lightning_logs" / "version_0" / "metrics.csv"));
+  EXPECT_EQ(read_file(version0 / "metrics.csv"),
+            read_file(straight_dir / "lightning_logs" / "version_0" / "metrics.csv"));
 
   // validate in a new process: "best" is the best model the newest
   // checkpoint names (as the uninterrupted run does); "last" the newest file.
@@ -298,8 +294,8 @@ TEST_F(CheckpointTest, ResumedRunContinuesItsLoggerFolderAndMetrics) {
   }
   EXPECT_NE(val_loss["best"], val_loss["last"]);
   EXPECT_FALSE(fs::exists(run_dir / "lightning_logs" / "version_1")) << "validate started a new version";
-  const std::string fitted = read_text(straight_dir / "lightning_logs" / "version_0" / "metrics.csv");
-  const std::string after = read_text(version0 / "metrics.csv");
+  const std::string fitted = read_file(straight_dir / "lightning_logs" / "version_0" / "metrics.csv");
+  const std::string after = read_file(version0 / "metrics.csv");
   EXPECT_TRUE(after.size() > fitted.size() && after.rfind(fitted, 0) == 0)
       << "validate's rows are not appended to the run's metrics.csv:\n" << after;
 }

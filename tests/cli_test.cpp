@@ -23,6 +23,7 @@
 #include "fashion_mnist/fashion_mnist.h"
 #include "fashion_mnist/registration.h"
 #include "support/cli_fixture.h"
+#include "support/multiprocess.h"
 
 namespace fs = std::filesystem;
 
@@ -32,11 +33,7 @@ using lt::testing::CliResult;
 using lt::testing::CliTest;
 using lt::testing::TinyData;
 using lt::testing::TinyNet;
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+using lt::testing::read_file;
 
 const char* kTrainerKeys =
     "max_epochs, max_steps, accumulate_grad_batches, gradient_clip_val, gradient_clip_algorithm, "
@@ -220,7 +217,7 @@ TEST_F(CliTest, FitFromYamlWritesLogsConfigAndCheckpoint) {
   const fs::path v0 = dir_ / "lightning_logs" / "version_0";
   EXPECT_TRUE(fs::exists(v0 / "metrics.csv"));
   // The model's hparams with their types: hidden from init_args, an integer.
-  EXPECT_EQ(read_text(v0 / "hparams.yaml"), "hidden: 8\n");
+  EXPECT_EQ(read_file(v0 / "hparams.yaml"), "hidden: 8\n");
   EXPECT_TRUE(fs::exists(v0 / "config.yaml"));
   EXPECT_TRUE(fs::exists(v0 / "checkpoints" / "last.ckpt"));
   EXPECT_TRUE(fs::exists(v0 / "checkpoints" / "epoch=1-step=8.ckpt"));

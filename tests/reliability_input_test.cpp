@@ -33,6 +33,7 @@
 #include "fashion_mnist/fashion_mnist.h"
 #include "fashion_mnist/registration.h"
 #include "support/cli_fixture.h"
+#include "support/multiprocess.h"
 
 namespace {
 
@@ -41,11 +42,7 @@ using lt::testing::CliResult;
 using lt::testing::CliTest;
 using lt::testing::TinyData;
 using lt::testing::TinyNet;
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
+using lt::testing::read_file;
 
 // -- configs and the command line: exit 2, a located message, nothing written ---------------
 
@@ -206,7 +203,7 @@ TEST_F(RunInTempFolder, TemporaryFilesAreCreatedExclusivelyAndFollowTheUmask) {
   ::umask(022);
   lt::atomic_pickle_save(c10::IValue(int64_t{8}), path + "2");
   ::umask(old_mask);
-  EXPECT_EQ(read_text(victim), "secret");
+  EXPECT_EQ(read_file(victim), "secret");
   EXPECT_EQ(fs::status(victim).permissions() & fs::perms::all, fs::perms::owner_read | fs::perms::owner_write);
   EXPECT_EQ(lt::pickle_load_file(path).toInt(), 7);
   EXPECT_EQ(fs::status(path).permissions() & fs::perms::all, fs::perms::owner_read | fs::perms::owner_write)
@@ -306,7 +303,7 @@ TEST_F(RunInTempFolder, AFullDiskIsAClearErrorAndLeavesNothingBehind) {
   {
     lt::CSVLogger logger(lt::CSVLoggerOptions().save_dir((mount / "logs").string()).flush_logs_every_n_steps(1));
     logger.log_metrics({{"loss", 0.5}}, 0);
-    csv_before = read_text(fs::path(logger.log_dir()) / "metrics.csv");
+    csv_before = read_file(fs::path(logger.log_dir()) / "metrics.csv");
     {  // fill the disk
       std::ofstream filler(mount / "filler", std::ios::binary);
       const std::string block(4096, 'x');
@@ -318,7 +315,7 @@ TEST_F(RunInTempFolder, AFullDiskIsAClearErrorAndLeavesNothingBehind) {
     } catch (const lt::Error& e) {
       logger_error = e.what();
     }
-    csv_after = read_text(fs::path(logger.log_dir()) / "metrics.csv");
+    csv_after = read_file(fs::path(logger.log_dir()) / "metrics.csv");
   }
   (void)std::system(("umount '" + mount.string() + "'").c_str());
   EXPECT_NE(logger_error.find("metrics.csv' failed: No space left on device"), std::string::npos) << logger_error;

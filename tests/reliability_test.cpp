@@ -32,6 +32,8 @@
 
 extern char** environ;
 
+using lt::testing::read_file;
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -423,13 +425,6 @@ TEST(BadData, OneRanksBadBatchStopsEveryRankWithTheStepBatchAndShapes) {
 // -- local spawn: signals to the launcher, a killed worker, what listens -------------------
 
 namespace {
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // The local addresses of this process's listening TCP sockets (from /proc/net/tcp{,6}).
 std::vector<std::string> listening_addresses() {

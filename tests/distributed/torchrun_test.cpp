@@ -28,6 +28,7 @@
 #include "support/multiprocess.h"
 
 using lt::testing::env_str;
+using lt::testing::read_file;
 
 namespace {
 
@@ -118,13 +119,6 @@ std::string fresh_dir(const std::string& name) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir.string();
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 // Runs the commands (each a whole launcher: torchrun, or this binary as a

@@ -18,13 +18,14 @@ std::map<std::string, WorkerFn>& workers() {
   return registry;
 }
 
+}  // namespace
+
 std::string read_file(const std::string& path) {
   std::ifstream in(path);
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
 }
-}  // namespace
 
 bool register_worker(const std::string& name, WorkerFn fn) {
   return workers().emplace(name, std::move(fn)).second;

@@ -45,6 +45,8 @@ WorkersResult run_workers(const std::string& name, int world_size, const WorkerO
 // Helpers for worker bodies.
 int env_int(const char* name, int fallback = 0);
 std::string env_str(const char* name, const std::string& fallback = {});
+// A file's whole text ("" if it cannot be read): worker logs, written files.
+std::string read_file(const std::string& path);
 
 // What LT_WORKER_CHECK throws; the worker prints it and exits 1.
 class WorkerCheckFailure : public std::runtime_error {
