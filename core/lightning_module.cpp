@@ -71,12 +71,15 @@ LRScheduler* LightningModule::lr_scheduler() {
 
 void LightningModule::manual_backward(const torch::Tensor& loss) {
   LT_CHECK(runtime_.strategy != nullptr, "manual_backward called outside a Trainer run");
-  runtime_.strategy->backward(loss, *this);
+  runtime_.strategy->backward(runtime_.strategy->precision().pre_backward(loss), *this);
 }
 
 void LightningModule::optimizer_step(size_t index) {
   LT_CHECK(runtime_.strategy != nullptr && runtime_.state != nullptr, "optimizer_step called outside a Trainer run");
-  runtime_.strategy->optimizer_step(optimizer(index));
+  auto& precision = runtime_.strategy->precision();
+  auto& opt = optimizer(index);
+  if (precision.unscale_gradients(opt)) runtime_.strategy->optimizer_step(opt);  // else a scaler skips it
+  precision.after_optimizer_step();
   ++runtime_.state->global_step;
 }
 

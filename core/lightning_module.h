@@ -116,10 +116,12 @@ class LightningModule : public torch::nn::Module {
   torch::optim::Optimizer& optimizer(size_t index = 0);
   size_t num_optimizers() const;
   LRScheduler* lr_scheduler();
-  // Backward through the strategy (DDP gradient sync); use instead of loss.backward().
+  // Backward through the strategy (DDP gradient sync) and the precision (16-mixed
+  // scales the loss); use instead of loss.backward().
   void manual_backward(const torch::Tensor& loss);
   // Steps optimizer(index) through the strategy and counts a global step (as
-  // Lightning: two optimizers stepped per batch count two).
+  // Lightning: two optimizers stepped per batch count two). Under 16-mixed the
+  // gradients are unscaled first, and a step with a non-finite one is skipped.
   void optimizer_step(size_t index = 0);
   // Lightning's toggle_optimizer: only optimizer(index)'s parameters require
   // gradients until untoggle_optimizer(index) gives the others theirs back,

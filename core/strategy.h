@@ -155,6 +155,7 @@ class Strategy {
   // -- precision (Lightning's precision plugin, which the strategy owns) ---------
   void set_precision(std::shared_ptr<Precision> precision);
   const Precision& precision() const { return *precision_; }
+  Precision& precision() { return *precision_; }
   // A batch for the module: on the device, in the precision's dtype.
   Batch prepare_batch(Batch batch) const { return precision_->convert_input(batch_to_device(std::move(batch))); }
 

@@ -18,6 +18,7 @@ namespace lt {
 
 class Callback;
 class Logger;
+class Precision;
 class Profiler;
 class Strategy;
 
@@ -59,6 +60,9 @@ struct TrainerOptions {
   // Lightning's precision: 32-true, 64-true, bf16-mixed (CPU autocast), 16-mixed
   // (CUDA); see plugins/precision/precision.h.
   TORCH_ARG(std::string, precision) = "32-true";
+  // A precision built by hand instead of by name (Lightning's plugins=[...]):
+  // lt::MixedPrecision(lt::GradScalerOptions().init_scale(1024)), or a user's.
+  TORCH_ARG(std::shared_ptr<Precision>, precision_plugin) = nullptr;
   TORCH_ARG(std::string, default_root_dir) = ".";
   TORCH_ARG(std::vector<std::shared_ptr<Callback>>, callbacks) = {};
   TORCH_ARG(std::shared_ptr<Logger>, logger) = nullptr;

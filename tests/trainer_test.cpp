@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,7 @@
 #include <lightning_cpp/core/profiler.h>
 #include <lightning_cpp/core/rank_zero.h>
 #include <lightning_cpp/loggers/csv.h>
+#include <lightning_cpp/plugins/precision/precision.h>
 #include <lightning_cpp/trainer/checkpoint.h>
 #include <lightning_cpp/trainer/trainer.h>
 
@@ -70,10 +73,12 @@ std::shared_ptr<lt::DataLoader> loader(std::shared_ptr<lt::TensorDataset> data, 
 }
 
 // The reference: what a user writes by hand in LibTorch.
+// `skipped`: the optimizer steps (counted from 0) not taken; their gradients are dropped.
 void hand_written_fit(Regressor& model, const lt::TensorDataset& data, int64_t batch_size, int64_t epochs,
-                      int64_t accumulate, double clip_norm) {
+                      int64_t accumulate, double clip_norm, const std::set<int64_t>& skipped = {}) {
   torch::optim::SGD optimizer(model.parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
   const int64_t n = data.size(), batches = (n + batch_size - 1) / batch_size;
+  int64_t steps = 0;
   for (int64_t epoch = 0; epoch < epochs; ++epoch) {
     for (int64_t i = 0; i < batches; ++i) {
       auto x = data.data().slice(0, i * batch_size, std::min(n, (i + 1) * batch_size));
@@ -82,7 +87,7 @@ void hand_written_fit(Regressor& model, const lt::TensorDataset& data, int64_t b
       loss.backward();
       if ((i + 1) % accumulate == 0 || i + 1 == batches) {
         if (clip_norm > 0) torch::nn::utils::clip_grad_norm_(model.parameters(), clip_norm);
-        optimizer.step();
+        if (skipped.count(steps++) == 0) optimizer.step();
         optimizer.zero_grad();
       }
     }
@@ -976,6 +981,134 @@ TEST_F(TrainerTest, SixtyFourTrueEqualsTheHandWrittenDoubleLoop) {
   } catch (const lt::ValueError& e) {
     EXPECT_NE(std::string(e.what()).find("16-mixed"), std::string::npos) << e.what();
   }
+}
+
+// 16-mixed's gradient scaler, checked on the CPU (lt::MixedPrecision built by
+// hand: CUDA autocast leaves CPU tensors in float32, the scaler acts as on a
+// GPU). With a power-of-two scale, scaling changes no rounding: every step
+// taken equals the unscaled hand-written loop bitwise, with accumulation and
+// clipping (which must see the unscaled gradients).
+TEST_F(TrainerTest, GradScalerStepsEqualTheUnscaledLoop) {
+  for (const auto [accumulate, clip] : {ParityCase{1, 0.0}, ParityCase{3, 0.5}}) {
+    auto data = regression_data(22);  // 6 batches of 4
+    torch::manual_seed(1);
+    auto model = std::make_shared<Regressor>();
+    torch::manual_seed(1);
+    Regressor reference;
+    auto precision = std::make_shared<lt::MixedPrecision>();
+    lt::Trainer trainer(lt::TrainerOptions().max_epochs(3).accumulate_grad_batches(accumulate).gradient_clip_val(clip)
+                            .precision_plugin(precision).enable_progress_bar(false).enable_model_summary(false));
+    trainer.fit(model, loader(data, 4));
+    hand_written_fit(reference, *data, 4, 3, accumulate, clip);
+    expect_same_parameters(*model, reference);
+    EXPECT_EQ(precision->scaler().get_scale(), 65536.0);
+    EXPECT_EQ(precision->scaler().growth_tracker(), trainer.global_step()) << "every step counts toward growth";
+  }
+}
+
+// A scale so large that the scaled loss overflows float32: those steps are
+// skipped and the scale halves until it fits; every later step is taken. The
+// result equals the hand-written loop that drops the first k steps, k =
+// log2(initial / final scale), and every window still counts a global step.
+TEST_F(TrainerTest, GradScalerSkipsOverflowingStepsAndBacksOff) {
+  auto data = regression_data(22);
+  torch::manual_seed(1);
+  auto model = std::make_shared<Regressor>();
+  torch::manual_seed(1);
+  Regressor reference;
+  const double initial = std::ldexp(1.0, 127);  // float32's largest power of two
+  auto precision = std::make_shared<lt::MixedPrecision>(lt::GradScalerOptions().init_scale(initial));
+  std::vector<double> scales;  // after each step
+  auto probe = std::make_shared<lt::LambdaCallback>("ScaleProbe");
+  probe->on_train_batch_end_fn = [&](lt::Trainer&, lt::LightningModule&, const torch::Tensor&, const Batch&, int64_t) {
+    scales.push_back(precision->scaler().get_scale());
+  };
+  lt::Trainer trainer(lt::TrainerOptions().max_epochs(3).precision_plugin(precision).callbacks({probe})
+                          .enable_progress_bar(false).enable_model_summary(false));
+  trainer.fit(model, loader(data, 4));
+  ASSERT_EQ(scales.size(), 18u);
+  EXPECT_EQ(trainer.global_step(), 18) << "a skipped step is still a global step, as in Lightning";
+  std::set<int64_t> skipped;
+  double before = initial;
+  for (size_t i = 0; i < scales.size(); ++i) {
+    if (scales[i] != before) {
+      EXPECT_EQ(scales[i], before / 2) << "step " << i << ": backs off by half";
+      skipped.insert(static_cast<int64_t>(i));
+    }
+    before = scales[i];
+  }
+  EXPECT_GT(skipped.size(), 1u) << "2^127 times the loss overflows float32";
+  EXPECT_LT(skipped.size(), 18u);
+  hand_written_fit(reference, *data, 4, 3, 1, 0.0, skipped);
+  expect_same_parameters(*model, reference);
+  std::string listing;
+  for (auto i : skipped) listing += " " + std::to_string(i);
+  std::printf("GradScaler: steps%s of 18 skipped, scale 2^127 -> %g\n", listing.c_str(), scales.back());
+}
+
+// The scale grows by growth_factor after growth_interval clean steps; its state
+// is in the checkpoint under Lightning's key ("MixedPrecision", PyTorch's
+// state_dict keys), and a resumed run goes on from it.
+TEST_F(TrainerTest, GradScalerGrowsAndResumesFromTheCheckpoint) {
+  char tmpl[] = "/tmp/lt_grad_scaler_XXXXXX";
+  const std::string dir = ::mkdtemp(tmpl);
+  const std::string path = dir + "/last.ckpt";
+  auto data = regression_data(24);  // 6 steps an epoch
+  const auto options = lt::GradScalerOptions().init_scale(4.0).growth_interval(4);
+  auto run = [&](int64_t epochs, const std::string& ckpt_path) {
+    auto precision = std::make_shared<lt::MixedPrecision>(options);
+    auto checkpoint = std::make_shared<lt::ModelCheckpoint>(lt::ModelCheckpointOptions().dirpath(dir).save_last(true));
+    lt::Trainer trainer(lt::TrainerOptions().max_epochs(epochs).precision_plugin(precision).callbacks({checkpoint})
+                            .enable_progress_bar(false).enable_model_summary(false));
+    trainer.fit(std::make_shared<Regressor>(), loader(data, 4), nullptr, ckpt_path);
+    return precision->scaler();
+  };
+  const lt::GradScaler first = run(1, "");
+  std::filesystem::copy_file(path, dir + "/epoch0.ckpt");
+  const lt::GradScaler uninterrupted = run(3, "");
+  EXPECT_EQ(uninterrupted.get_scale(), 4.0 * 16) << "18 clean steps: grown 4 times";
+  EXPECT_EQ(uninterrupted.growth_tracker(), 2);
+  auto saved = lt::pickle_load_file(dir + "/epoch0.ckpt").toGenericDict();
+  ASSERT_TRUE(saved.contains("MixedPrecision"));
+  auto state = saved.at("MixedPrecision").toGenericDict();
+  EXPECT_EQ(state.at("scale").toDouble(), first.get_scale());
+  EXPECT_EQ(state.at("_growth_tracker").toInt(), 2);
+  EXPECT_EQ(state.at("growth_interval").toInt(), 4);
+  const lt::GradScaler resumed = run(3, dir + "/epoch0.ckpt");
+  EXPECT_EQ(resumed.get_scale(), uninterrupted.get_scale());
+  EXPECT_EQ(resumed.growth_tracker(), uninterrupted.growth_tracker());
+  EXPECT_THROW(lt::GradScaler(lt::GradScalerOptions().backoff_factor(1.5)), lt::ValueError);
+  std::filesystem::remove_all(dir);
+}
+
+// Manual optimization: manual_backward scales, optimizer_step unscales (and
+// would skip), as in the automatic loop: equal to the 32-true run bitwise.
+TEST_F(TrainerTest, GradScalerUnderManualOptimizationEqualsFloat32) {
+  class Manual : public Regressor {
+   public:
+    Manual() { set_automatic_optimization(false); }
+    torch::Tensor training_step(const Batch& batch, int64_t) override {
+      auto loss = torch::mse_loss(forward(batch.data), batch.target);
+      optimizer().zero_grad();
+      manual_backward(loss);
+      optimizer_step();
+      return loss;
+    }
+  };
+  auto data = regression_data(16);
+  auto run = [&](std::shared_ptr<lt::Precision> precision) {
+    torch::manual_seed(2);
+    auto model = std::make_shared<Manual>();
+    lt::Trainer trainer(lt::TrainerOptions().max_epochs(2).precision_plugin(precision).enable_progress_bar(false)
+                            .enable_model_summary(false));
+    trainer.fit(model, loader(data, 4));
+    return model;
+  };
+  auto scaled = std::make_shared<lt::MixedPrecision>(lt::GradScalerOptions().init_scale(1024).growth_interval(2));
+  auto a = run(scaled);
+  auto b = run(nullptr);
+  expect_same_parameters(*a, *b);
+  EXPECT_EQ(scaled->scaler().get_scale(), 1024.0 * 16) << "8 steps, growth every 2";
 }
 
 }  // namespace

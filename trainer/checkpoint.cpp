@@ -220,6 +220,9 @@ StateDict Trainer::dump_checkpoint() {
     ckpt.insert(c10::str("optimizer_", i), optimizer_to_bytes(*optim_.optimizers[i]));
   }
   if (optim_.lr_scheduler) ckpt.insert("lr_scheduler", optim_.lr_scheduler->state_dict());
+  if (StateDict precision = strategy_->precision().state_dict(); !precision.empty()) {
+    ckpt.insert(strategy_->precision().state_key(), precision);  // 16-mixed: the gradient scaler's
+  }
   StateDict callbacks = new_state_dict();
   for (const auto& cb : options_.callbacks()) callbacks.insert(cb->state_key(), cb->state_dict());
   ckpt.insert("callbacks", callbacks);
@@ -283,6 +286,9 @@ void Trainer::restore_checkpoint(const std::string& path) {
     if (raw.contains("lr_scheduler_epoch_step_pending") && raw.at("lr_scheduler_epoch_step_pending").toBool()) {
       optim_.lr_scheduler->step();
     }
+  }
+  if (const std::string key = strategy_->precision().state_key(); raw.contains(key)) {
+    strategy_->precision().load_state_dict(to_state(raw.at(key)));
   }
   if (raw.contains("rng_states")) {
     auto rng = raw.at("rng_states").toGenericDict();

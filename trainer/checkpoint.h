@@ -6,6 +6,7 @@
 //    "epoch_finished": bool,                           # saved at that epoch's end: resume at the next
 //    "optimizer": uint8 tensor (LibTorch optimizer archive),
 //    "lr_scheduler": {...}, "callbacks": {state_key -> {...}},
+//    "MixedPrecision": {...},                          # 16-mixed: GradScaler.state_dict(), as Lightning
 //    "hparams": {str -> bool|int|float|str},          # typed, as the module set them
 //    "lightning_cpp_version": str,
 //    "rng_states": {"torch": uint8 tensor},           # torch's CPU generator

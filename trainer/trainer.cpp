@@ -66,7 +66,14 @@ Trainer::Trainer(TrainerOptions options)
           options_.device_type() == torch::kCUDA ? torch::Device("cuda:0") : torch::Device("cpu"));
     }
   }
-  strategy_->set_precision(make_precision(options_.precision(), options_.device_type()));
+  if (const auto& plugin = options_.precision_plugin()) {
+    LT_CHECK_VALUE(options_.precision() == "32-true" || options_.precision() == plugin->name(),
+                   "trainer.precision '", options_.precision(), "' and a precision plugin (", plugin->name(),
+                   ") were both given; give one");
+    strategy_->set_precision(plugin);
+  } else {
+    strategy_->set_precision(make_precision(options_.precision(), options_.device_type()));
+  }
 }
 
 Trainer::~Trainer() = default;

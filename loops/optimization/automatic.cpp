@@ -68,20 +68,17 @@ void AutomaticOptimization::backward(LoopContext& ctx, const torch::Tensor& scal
   ctx.module.on_before_backward(scaled_loss);
   {
     ProfileScope scope(ctx.profiler, "[Strategy]", ctx.strategy.name(), ".backward");
-    ctx.strategy.backward(scaled_loss, ctx.module);
+    ctx.strategy.backward(ctx.strategy.precision().pre_backward(scaled_loss), ctx.module);
   }
   ctx.hooks.call(&Callback::on_after_backward);
   ctx.module.on_after_backward();
 }
 
-bool all_finite(const torch::nn::Module& module, const std::vector<torch::Tensor>& also) {
+bool all_finite(const std::vector<torch::Tensor>& tensors) {
   // A sum is finite when all its terms are: a NaN or an infinity makes it
   // NaN or infinite (a finite sum that overflows is a false alarm).
   std::vector<torch::Tensor> sums;
-  for (const auto& t : also) sums.push_back((t.numel() == 1 ? t.reshape({}) : t.sum()).to(torch::kFloat));
-  for (const auto& p : module.parameters(/*recurse=*/true)) {
-    if (p.grad().defined()) sums.push_back(p.grad().sum().to(torch::kFloat));
-  }
+  for (const auto& t : tensors) sums.push_back((t.numel() == 1 ? t.reshape({}) : t.sum()).to(torch::kFloat));
   return sums.empty() || std::isfinite(torch::stack(sums).sum().item<float>());
 }
 
@@ -97,11 +94,19 @@ void AutomaticOptimization::optimizer_step(LoopContext& ctx) {
   // A joined rank takes this step too (lockstep Join): its hooks' collectives are matched.
   UnmatchedHooks matched(ctx.state, nullptr);
   auto& optimizer = *ctx.optim->optimizer;
+  auto& precision = ctx.strategy.precision();
+  // As Lightning: the gradients at their true values before the hooks and clipping see them.
+  const bool steps = precision.unscale_gradients(optimizer);
   std::vector<std::pair<int64_t, torch::Tensor>> losses;
   losses.swap(window_losses_);
-  std::vector<torch::Tensor> loss_values;
-  for (const auto& entry : losses) loss_values.push_back(entry.second);
-  if (ctx.options.on_nonfinite() != NonFinitePolicy::kIgnore && !all_finite(ctx.module, loss_values)) {
+  std::vector<torch::Tensor> checked;  // the window's losses, and the gradients unless the precision judges them
+  for (const auto& entry : losses) checked.push_back(entry.second);
+  if (!precision.judges_gradients()) {
+    for (const auto& p : ctx.module.parameters(/*recurse=*/true)) {
+      if (p.grad().defined()) checked.push_back(p.grad());
+    }
+  }
+  if (ctx.options.on_nonfinite() != NonFinitePolicy::kIgnore && !all_finite(checked)) {
     for (const auto& [batch_idx, loss] : losses) {
       if (torch::isfinite(loss).all().item<bool>()) continue;
       throw Error(c10::str("non-finite loss ", loss.item<double>(), " at epoch ", ctx.state.current_epoch, ", batch ",
@@ -129,7 +134,7 @@ void AutomaticOptimization::optimizer_step(LoopContext& ctx) {
   clip_gradients(optimizer, ctx.options.gradient_clip_val(), ctx.options.gradient_clip_algorithm());
   try {
     ProfileScope scope(ctx.profiler, "[Strategy]", ctx.strategy.name(), ".optimizer_step");
-    ctx.strategy.optimizer_step(optimizer);
+    if (steps) ctx.strategy.optimizer_step(optimizer);  // skipped: a scaler's non-finite gradients
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
@@ -141,6 +146,7 @@ void AutomaticOptimization::optimizer_step(LoopContext& ctx) {
                          ctx.state.global_step, " (lr of its parameter groups: ", lrs, "): ",
                          error_message(e)));
   }
+  precision.after_optimizer_step();
   ctx.hooks.call(&Callback::on_before_zero_grad, optimizer);
   ctx.module.on_before_zero_grad(optimizer);
   optimizer.zero_grad();

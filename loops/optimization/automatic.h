@@ -47,10 +47,9 @@ class AutomaticOptimization : public OptimizationLoop {
 // Gradient clipping as Lightning does it (after backward, before the step).
 void clip_gradients(torch::optim::Optimizer& optimizer, double clip_val, GradientClipAlgorithm algorithm);
 
-// Whether every gradient of `module`, and every tensor of `also`, is
-// finite, in one host sync. False may also mean a finite sum overflowed:
-// then first_nonfinite_gradient tells.
-bool all_finite(const torch::nn::Module& module, const std::vector<torch::Tensor>& also = {});
+// Whether every tensor (losses, gradients) is finite, in one host sync. False
+// may also mean a finite sum overflowed: then first_nonfinite_gradient tells.
+bool all_finite(const std::vector<torch::Tensor>& tensors);
 
 // Name of the first parameter whose gradient has a NaN or an infinity.
 std::optional<std::string> first_nonfinite_gradient(const torch::nn::Module& module);

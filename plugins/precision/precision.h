@@ -6,8 +6,9 @@
 //   bf16-mixed  forward under CPU autocast to bfloat16 (matmuls, convolutions,
 //               linear layers in bfloat16; reductions and losses in float32);
 //               parameters, gradients and the optimizer stay float32
-//   16-mixed    CUDA autocast to float16 with a gradient scaler: refused on a
-//               machine without CUDA, and not yet built (no CUDA here to test it)
+//   16-mixed    CUDA autocast to float16 around every forward, and a gradient
+//               scaler (grad_scaler.h) around backward and the optimizer step;
+//               refused without CUDA
 
 #include <memory>
 #include <string>
@@ -15,6 +16,7 @@
 #include <c10/core/DeviceType.h>
 
 #include <lightning_cpp/core/precision.h>
+#include <lightning_cpp/plugins/precision/grad_scaler.h>
 
 namespace lt {
 
@@ -33,6 +35,30 @@ class BF16MixedPrecision : public Precision {
  public:
   std::string name() const override { return "bf16-mixed"; }
   std::unique_ptr<ForwardContext> forward_context() const override;
+};
+
+// 16-mixed (Lightning's MixedPrecision): make_precision gives it for modules
+// on CUDA. Built directly (TrainerOptions::precision_plugin) it also takes the
+// scaler's options; a module on the CPU then runs its forward in float32 (CUDA
+// autocast casts CUDA tensors only) while the scaler acts as on a GPU, which is
+// how the tests check the scaler on a machine without one.
+class MixedPrecision : public Precision {
+ public:
+  explicit MixedPrecision(GradScalerOptions options = {}) : scaler_(options) {}
+  std::string name() const override { return "16-mixed"; }
+  std::unique_ptr<ForwardContext> forward_context() const override;
+  torch::Tensor pre_backward(const torch::Tensor& loss) override { return scaler_.scale(loss); }
+  bool unscale_gradients(torch::optim::Optimizer& optimizer) override { return scaler_.unscale(optimizer); }
+  void after_optimizer_step() override { scaler_.update(); }
+  bool judges_gradients() const override { return true; }
+  // Lightning's key for it: its class name.
+  std::string state_key() const override { return "MixedPrecision"; }
+  StateDict state_dict() const override { return scaler_.state_dict(); }
+  void load_state_dict(const StateDict& state) override { scaler_.load_state_dict(state); }
+  const GradScaler& scaler() const { return scaler_; }
+
+ private:
+  GradScaler scaler_;
 };
 
 }  // namespace lt
