@@ -66,6 +66,11 @@ struct TrainerOptions {
   TORCH_ARG(std::string, default_root_dir) = ".";
   TORCH_ARG(std::vector<std::shared_ptr<Callback>>, callbacks) = {};
   TORCH_ARG(std::shared_ptr<Logger>, logger) = nullptr;
+  // Lightning's logger=True: with no logger given, the Trainer logs to a
+  // TensorBoardLogger under <default_root_dir>/lightning_logs/version_N (and
+  // ModelCheckpoint saves under its checkpoints/). false: no logger unless
+  // given (Lightning's logger=False).
+  TORCH_ARG(bool, default_logger) = true;
   // Lightning's profiler: lt::SimpleProfiler, lt::TorchProfiler (core/profiler.h); null: none.
   TORCH_ARG(std::shared_ptr<Profiler>, profiler) = nullptr;
   // nullptr: single device ("cpu", or "cuda:0" with accelerator "cuda").

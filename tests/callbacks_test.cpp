@@ -27,6 +27,7 @@
 #include <lightning_cpp/trainer/checkpoint.h>
 #include <lightning_cpp/trainer/trainer.h>
 
+#include "support/multiprocess.h"
 #include "support/seeding.h"
 
 namespace fs = std::filesystem;
@@ -226,9 +227,15 @@ TEST_F(CallbacksTest, ModelCheckpointWithoutMonitorKeepsTheLatest) {
   auto mc = std::make_shared<lt::ModelCheckpoint>();
   lt::Trainer trainer(options(3).callbacks({mc}));
   trainer.fit(std::make_shared<ScriptedModule>(std::vector<double>{1}), loader(), loader());
-  // Default folder: <default_root_dir>/checkpoints (no logger).
-  EXPECT_EQ(files(dir_ / "checkpoints"), std::vector<std::string>{"epoch=2-step=12.ckpt"});
-  EXPECT_EQ(mc->best_model_path(), (dir_ / "checkpoints" / "epoch=2-step=12.ckpt").string());
+  // Default folder, as Lightning's: the default logger's <default_root_dir>/lightning_logs/version_0/checkpoints.
+  const fs::path folder = dir_ / "lightning_logs" / "version_0" / "checkpoints";
+  EXPECT_EQ(files(folder), std::vector<std::string>{"epoch=2-step=12.ckpt"});
+  EXPECT_EQ(mc->best_model_path(), (folder / "epoch=2-step=12.ckpt").string());
+  // Without a logger (Lightning's logger=False): <default_root_dir>/checkpoints.
+  auto alone = std::make_shared<lt::ModelCheckpoint>();
+  lt::Trainer unlogged(options(3).callbacks({alone}).default_logger(false));
+  unlogged.fit(std::make_shared<ScriptedModule>(std::vector<double>{1}), loader(), loader());
+  EXPECT_EQ(alone->best_model_path(), (dir_ / "checkpoints" / "epoch=2-step=12.ckpt").string());
 }
 
 TEST_F(CallbacksTest, ModelCheckpointEveryNTrainSteps) {
@@ -473,6 +480,66 @@ TEST_F(CallbacksTest, LambdaCallbackCallsItsFunctions) {
 }
 
 // -- loggers ------------------------------------------------------------------------------------
+
+// Lightning's Trainer() logs to TensorBoard by default (logger=True); default_logger(false)
+// is its logger=False, and fast_dev_run writes nothing.
+TEST_F(CallbacksTest, TheTrainerLogsToTensorBoardByDefault) {
+  auto events = [](const fs::path& d) {
+    std::vector<std::string> out;
+    if (!fs::exists(d)) return out;
+    for (const auto& e : fs::directory_iterator(d)) {
+      if (e.path().filename().string().rfind("events.out.tfevents.", 0) == 0) out.push_back(e.path().string());
+    }
+    return out;
+  };
+  {
+    lt::Trainer trainer(options(1));
+    trainer.fit(std::make_shared<ScriptedModule>(std::vector<double>{1}), loader(), loader());
+    EXPECT_EQ(trainer.log_dir(), (dir_ / "lightning_logs" / "version_0").string());
+    EXPECT_EQ(events(dir_ / "lightning_logs" / "version_0").size(), 1u);
+  }
+  {
+    lt::Trainer trainer(options(1).default_logger(false));
+    trainer.fit(std::make_shared<ScriptedModule>(std::vector<double>{1}), loader(), loader());
+    EXPECT_EQ(trainer.log_dir(), dir_.string());
+  }
+  {
+    lt::Trainer trainer(options(1).fast_dev_run(1));
+    trainer.fit(std::make_shared<ScriptedModule>(std::vector<double>{1}), loader(), loader());
+  }
+  EXPECT_EQ(files(dir_ / "lightning_logs"), std::vector<std::string>{"version_0"}) << "only the first run logged";
+}
+
+// As Lightning's _log_hyperparams: the DataModule's hparams are logged with
+// the module's; a key both have with different values is an error naming it.
+TEST_F(CallbacksTest, TheDataModulesHparamsAreLoggedWithTheModules) {
+  class Data : public lt::DataModule {
+   public:
+    explicit Data(lt::HParams hparams) : hparams_(std::move(hparams)) {}
+    std::shared_ptr<lt::DataLoader> train_dataloader() override { return loader(); }
+    lt::HParams hparams() const override { return hparams_; }
+
+   private:
+    lt::HParams hparams_;
+  };
+  auto module = [] {
+    auto m = std::make_shared<ScriptedModule>(std::vector<double>{1});
+    m->hparams()["lr"] = 0.1;
+    m->hparams()["batch_size"] = 2;
+    return m;
+  };
+  auto csv = std::make_shared<lt::CSVLogger>(lt::CSVLoggerOptions(dir_.string()));
+  lt::Trainer trainer(options(1).logger(csv));
+  trainer.fit(module(), std::make_shared<Data>(lt::HParams{{"batch_size", 2}, {"root", "/data"}}));
+  EXPECT_EQ(lt::testing::read_file(fs::path(csv->log_dir()) / "hparams.yaml"), "batch_size: 2\nlr: 0.1\nroot: /data\n");
+  lt::Trainer clash(options(1).logger(std::make_shared<lt::CSVLogger>(lt::CSVLoggerOptions(dir_.string()))));
+  try {
+    clash.fit(module(), std::make_shared<Data>(lt::HParams{{"batch_size", 8}}));
+    FAIL() << "a clash was accepted";
+  } catch (const lt::ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("batch_size (module 2, data module 8)"), std::string::npos) << e.what();
+  }
+}
 
 TEST_F(CallbacksTest, CsvLoggerWritesLightningsLayout) {
   lt::CSVLogger logger(lt::CSVLoggerOptions(dir_.string()).flush_logs_every_n_steps(1));

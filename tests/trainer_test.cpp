@@ -901,7 +901,7 @@ TEST_F(TrainerTest, TorchProfilerWritesAChromeTrace) {
   lt::Trainer trainer(lt::TrainerOptions().max_epochs(1).profiler(profiler).default_root_dir(dir)
                           .enable_progress_bar(false).enable_model_summary(false));
   trainer.fit(std::make_shared<Regressor>(), loader(regression_data(8), 4));
-  ASSERT_EQ(profiler->trace_file(), dir + "/train-trace-rank0.json");
+  ASSERT_EQ(profiler->trace_file(), dir + "/lightning_logs/version_0/train-trace-rank0.json") << "in the log_dir";
   const std::string script = "import json,sys; e=json.load(open(sys.argv[1])); e=e['traceEvents'] if "
                              "isinstance(e, dict) else e; n={x.get('name') for x in e}; "
                              "sys.exit(0 if {'aten::addmm','[Strategy]single_device.training_step'} <= n else 1)";

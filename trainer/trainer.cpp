@@ -13,6 +13,7 @@
 #include <lightning_cpp/core/signals.h>
 #include <lightning_cpp/data/data_loader.h>
 #include <lightning_cpp/data/sampler.h>
+#include <lightning_cpp/loggers/tensorboard.h>
 #include <lightning_cpp/plugins/environments/cluster_environment.h>
 #include <lightning_cpp/plugins/precision/precision.h>
 #include <lightning_cpp/plugins/strategies/ddp.h>
@@ -54,6 +55,9 @@ Trainer::Trainer(TrainerOptions options)
   }
   apply_debug_modes();
   add_default_callbacks();
+  if (!options_.logger() && options_.default_logger()) {
+    options_.logger(std::make_shared<TensorBoardLogger>(TensorBoardLoggerOptions(options_.default_root_dir())));
+  }
   strategy_ = options_.strategy();
   if (!strategy_) {
     if (const int64_t world_size = external_world_size(); world_size > 1) {
@@ -83,7 +87,7 @@ void Trainer::apply_debug_modes() {
     // As Lightning: the limits, one epoch of n steps, nothing written.
     options_.limit_train_batches(n).limit_val_batches(n).limit_test_batches(n).limit_predict_batches(n);
     options_.max_epochs(1).max_steps(n).num_sanity_val_steps(0).val_check_interval(1.0).check_val_every_n_epoch(1);
-    options_.logger(nullptr);
+    options_.logger(nullptr).default_logger(false);
     rank_zero_info("Running in `fast_dev_run` mode: will run the requested loop using ", n,
                    " batch(es). Logging and checkpointing is suppressed.");
   }
@@ -136,6 +140,21 @@ const char* trainer_fn(Stage stage) {
     case Stage::kPredict: return "predict";
     default: return stage_name(stage);
   }
+}
+
+// The module's hparams with the DataModule's, as Lightning logs them: a key
+// both have must have one value.
+HParams merged_hparams(HParams module, const HParams& data) {
+  std::string clashes;
+  for (const auto& [key, value] : data) {
+    auto [it, inserted] = module.emplace(key, value);
+    if (!inserted && it->second != value) {
+      clashes += c10::str(clashes.empty() ? "" : ", ", key, " (module ", it->second, ", data module ", value, ")");
+    }
+  }
+  LT_CHECK_VALUE(clashes.empty(), "the LightningModule's and the DataModule's hparams have the same key(s) with ",
+                 "different values: ", clashes, "; rename one, or give both the same value");
+  return module;
 }
 }  // namespace
 
@@ -262,11 +281,16 @@ void Trainer::fit(const std::shared_ptr<LightningModule>& module, const std::sha
   if (strategy_->local_rank() == 0) data->prepare_data();
   strategy_->barrier("prepare_data");
   data->setup(Stage::kTrain);
-  fit(module, data->train_dataloader(), data->val_dataloader(), ckpt_path);
+  fit(module, data->train_dataloader(), data->val_dataloader(), ckpt_path, data->hparams());
 }
 
 void Trainer::fit(const std::shared_ptr<LightningModule>& module, std::shared_ptr<DataLoader> train,
                   std::shared_ptr<DataLoader> val, const std::string& ckpt_path) {
+  fit(module, std::move(train), std::move(val), ckpt_path, {});
+}
+
+void Trainer::fit(const std::shared_ptr<LightningModule>& module, std::shared_ptr<DataLoader> train,
+                  std::shared_ptr<DataLoader> val, const std::string& ckpt_path, const HParams& data_hparams) {
   LT_CHECK(train != nullptr, "Trainer::fit: no training data (train_dataloader() returned null)");
   // A worker torchrun restarted after a failure (--max_restarts) resumes from the newest checkpoint.
   const bool restarted = ckpt_path.empty() && env::get_int("TORCHELASTIC_RESTART_COUNT").value_or(0) > 0;
@@ -303,10 +327,7 @@ void Trainer::fit(const std::shared_ptr<LightningModule>& module, std::shared_pt
     module->on_fit_start();
     const std::string resume_from = resolve_ckpt_path(ckpt_path, *run, restarted);
     if (!resume_from.empty()) restore_checkpoint(resume_from);
-    if (ctx.logger != nullptr) {
-      HParams hp = module->hparams();
-      ctx.logger->log_hyperparams(hp);
-    }
+    if (ctx.logger != nullptr) ctx.logger->log_hyperparams(merged_hparams(module->hparams(), data_hparams));
     fit_loop_->run(ctx, *train, val.get());
     run->hooks.call(&Callback::on_fit_end);
     module->on_fit_end();

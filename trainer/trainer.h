@@ -105,6 +105,9 @@ class Trainer {
   // every rank. `restarted` (fit in a worker torchrun restarted, with no
   // ckpt_path): "last", if there is one yet.
   std::string resolve_ckpt_path(const std::string& ckpt_path, Run& run, bool restarted = false);
+  // fit with the DataModule's hparams, logged with the module's.
+  void fit(const std::shared_ptr<LightningModule>& module, std::shared_ptr<DataLoader> train,
+           std::shared_ptr<DataLoader> val, const std::string& ckpt_path, const HParams& data_hparams);
   std::shared_ptr<DataLoader> prepare_loader(std::shared_ptr<DataLoader> loader, Stage stage);
   bool overfits() const;  // overfit_batches > 0
   // In the constructor: fast_dev_run's and overfit_batches' limits; the progress bar and model summary.
