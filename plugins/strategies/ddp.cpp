@@ -185,6 +185,7 @@ torch::Tensor DDPStrategy::training_step(LightningModule& module, const Batch& b
     auto scope = watch("DDP forward collectives (Join heartbeat, buffer broadcast)");
     ddp_->pre_forward();
   }
+  manual_syncs_ = 0;
   torch::Tensor out = module.training_step(batch, batch_idx);
   // Manual optimization calls manual_backward inside training_step, before
   // this point: backward() arms the Reducer then, as Lightning does.
@@ -194,7 +195,23 @@ torch::Tensor DDPStrategy::training_step(LightningModule& module, const Batch& b
 }
 
 void DDPStrategy::backward(const torch::Tensor& loss, LightningModule& module) {
-  if (ddp_ && !module.automatic_optimization()) ddp_->prepare_for_backward({loss});
+  if (ddp_ && !module.automatic_optimization()) {
+    // Under uneven Join a joined rank's DDP main hook shadows one gradient
+    // reduction per batch; a second one would meet the joined rank's next
+    // heartbeat instead (a gloo abort or a hang). Refused before its
+    // allreduce; every rank with a batch reaches the same call.
+    if (uneven_join_ && ddp_->require_backward_grad_sync() && ++manual_syncs_ > 1) {
+      throw Error(c10::str(
+          "strategy ddp: manual_backward called a second time in one batch (rank ", rank_, ", epoch ",
+          run_state_ != nullptr ? run_state_->current_epoch : 0, ", batch ",
+          run_state_ != nullptr ? run_state_->batch_idx : 0,
+          ") under Join with uneven inputs: each call reduces the gradients, and a rank that ran out of data shadows "
+          "one gradient reduction per batch (what collectives().manual_declared = true declares), so the ranks' "
+          "collectives would stop matching. Call manual_backward once per batch (on the sum of the losses), or "
+          "train with uneven_inputs: pad (DistributedSampler padding, no Join)"));
+    }
+    ddp_->prepare_for_backward({loss});
+  }
   auto scope = ddp_ && ddp_->require_backward_grad_sync() ? watch("backward (gradient allreduce)")
                                                           : CollectiveWatchdog::Scope();
   loss.backward();

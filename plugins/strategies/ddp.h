@@ -164,6 +164,7 @@ class DDPStrategy : public Strategy {
   torch::Device device_{torch::kCPU};
   const RunState* run_state_ = nullptr;  // the current run's (setup)
   bool uneven_join_ = false;             // this fit trains uneven inputs under Join (check_features)
+  int64_t manual_syncs_ = 0;             // gradient-reducing manual_backward calls in this training_step
   int64_t rank_ = 0;
   int64_t local_rank_ = 0;
   int64_t node_rank_ = 0;

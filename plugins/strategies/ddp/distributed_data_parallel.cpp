@@ -8,6 +8,7 @@
 // LibTorch packages lack: see plugins/strategies/c10d_compat/.
 #include <torch/csrc/distributed/c10d/comm.hpp>
 #include <torch/csrc/distributed/c10d/default_comm_hooks.hpp>  // BuiltinCommHookType
+#include <torch/csrc/distributed/c10d/logger.hpp>
 #include <torch/csrc/distributed/c10d/reducer.hpp>
 
 #include <lightning_cpp/core/check.h>
@@ -158,6 +159,13 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
                                              process_group_, expect_sparse, static_cast<int64_t>(cap),
                                              options_.find_unused_parameters(), options_.gradient_as_bucket_view(),
                                              std::move(param_names), c10d::kDefaultFirstBucketBytes);
+  // PyTorch's DDP gives its Reducer a Logger at construction, and the Reducer
+  // assumes one: with find_unused_parameters, an iteration whose set of unused
+  // parameters differs from the previous one's (toggle_optimizer, a branch
+  // taken on some batches) reports the graph as not static through it, and
+  // without it dereferenced a null Logger (a segmentation fault).
+  logger_ = std::make_shared<c10d::Logger>(reducer_);
+  reducer_->set_logger(logger_);
   switch (options_.comm_hook()) {
     case DDPCommHook::kAllreduce:
       break;

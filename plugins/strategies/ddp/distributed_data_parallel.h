@@ -62,6 +62,7 @@
 #include <lightning_cpp/plugins/join/join.h>
 
 namespace c10d {
+class Logger;
 class Reducer;
 }
 
@@ -242,6 +243,7 @@ class DistributedDataParallel : public Joinable {
   torch::Device device_{torch::kCPU};
   std::vector<torch::Tensor> parameters_;
   std::shared_ptr<c10d::Reducer> reducer_;
+  std::shared_ptr<c10d::Logger> logger_;  // the Reducer's (it holds a weak_ptr); destroyed first
   bool require_backward_grad_sync_ = true;
   bool require_forward_param_sync_ = true;
   bool has_rebuilt_buckets_ = false;
