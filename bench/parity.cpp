@@ -1,7 +1,8 @@
 // bench/parity: the Trainer against a hand-written LibTorch loop on the same
 // MLP, the same data and the same number of steps, in the same process.
 // Prints the wall time of each (median of alternating repeats) and the ratio.
-// Target: Trainer / hand-written <= 1.03.
+// Target: Trainer / hand-written <= 1.03. Then the Trainer with
+// precision bf16-mixed against 32-true (issue 16: report what this CPU does).
 //
 //   parity [--steps N] [--repeats R]
 
@@ -69,11 +70,14 @@ double hand_written(const lt::TensorDataset& ds, int64_t batch_size, int64_t ste
   return seconds_since(t0);
 }
 
-double with_trainer(const std::shared_ptr<lt::TensorDataset>& ds, int64_t batch_size, int64_t steps) {
+double with_trainer(const std::shared_ptr<lt::TensorDataset>& ds, int64_t batch_size, int64_t steps,
+                    const std::string& precision = "32-true") {
   torch::manual_seed(0);
   auto model = std::make_shared<Mlp>();
   auto loader = std::make_shared<lt::DataLoader>(ds, lt::DataLoaderOptions(batch_size).shuffle(true));
-  lt::Trainer trainer(lt::TrainerOptions().max_steps(steps).enable_progress_bar(false));
+  // No logger, summary or bar: the hand-written loop has none (Lightning's own benchmarks run so too).
+  lt::Trainer trainer(lt::TrainerOptions().max_steps(steps).precision(precision).default_logger(false)
+                          .enable_progress_bar(false).enable_model_summary(false));
   const auto t0 = std::chrono::steady_clock::now();
   trainer.fit(model, loader);
   return seconds_since(t0);
@@ -109,18 +113,20 @@ int main(int argc, char** argv) {
   bool real = false;
   auto ds = data(steps * batch_size, &real);
   hand_written(*ds, batch_size, steps / 4);  // warm-up: allocator, thread pool
-  std::vector<double> base, trainer;
-  for (int64_t r = 0; r < repeats; ++r) {  // alternate, so drift hits both alike
+  std::vector<double> base, trainer, bf16;
+  for (int64_t r = 0; r < repeats; ++r) {  // alternate, so drift hits all alike
     base.push_back(hand_written(*ds, batch_size, steps));
     trainer.push_back(with_trainer(ds, batch_size, steps));
+    bf16.push_back(with_trainer(ds, batch_size, steps, "bf16-mixed"));
   }
-  const double b = median(base), t = median(trainer);
+  const double b = median(base), t = median(trainer), h = median(bf16);
   std::printf("parity: MLP 784-256-256-10, Adam, batch %lld, %lld steps, %s data, median of %lld\n",
               static_cast<long long>(batch_size), static_cast<long long>(steps), real ? "Fashion-MNIST" : "random",
               static_cast<long long>(repeats));
   std::printf("  hand-written loop : %.3f s (%.1f steps/s)\n", b, steps / b);
   std::printf("  lt::Trainer       : %.3f s (%.1f steps/s)\n", t, steps / t);
   std::printf("  ratio trainer/hand-written = %.4f (target <= 1.03)\n", t / b);
+  std::printf("  lt::Trainer bf16-mixed: %.3f s (%.1f steps/s): %.2fx the steps/s of 32-true\n", h, steps / h, t / h);
   // Forward 2*B*(weights) multiply-adds as FLOPs, backward twice that.
   const double flops_per_step = 3.0 * 2.0 * static_cast<double>(batch_size) * (784 * 256 + 256 * 256 + 256 * 10);
   const double limit = sgemm_gflops();

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -27,6 +28,7 @@
 #include <lightning_cpp/core/rank_zero.h>
 #include <lightning_cpp/plugins/join/join.h>
 #include <lightning_cpp/plugins/layer_sync/sync_batch_norm.h>
+#include <lightning_cpp/plugins/precision/precision.h>
 #include <lightning_cpp/plugins/strategies/ddp.h>
 #include <lightning_cpp/plugins/strategies/ddp/epoch_contexts.h>
 #include <lightning_cpp/plugins/strategies/ddp/join_compatibility.h>
@@ -1076,6 +1078,51 @@ LT_TEST_WORKER(Bf16MixedUnderJoin) {
 
 TEST(JoinLockstep, Bf16MixedKeepsReplicasIdenticalAndTracksFloat32OnUnevenRanks) {
   auto r = run_workers("Bf16MixedUnderJoin", 2, join_options(""));
+  EXPECT_TRUE(r.ok()) << r.summary();
+  print_measured(r);
+}
+
+// 16-mixed's gradient scaler (lt::MixedPrecision built by hand: on the CPU
+// its CUDA autocast casts nothing, the scaler acts) under lockstep Join on
+// uneven ranks: a joined rank unscales the reduced gradients and decides as
+// the others do. With a power-of-two scale the run equals 32-true bitwise; a
+// scale that overflows skips the same steps on every rank.
+LT_TEST_WORKER(GradScalerUnderJoin) {
+  const int rank = env_int("RANK");
+  const std::vector<int64_t> counts = {5, 8};
+  auto strategy = make_strategy();
+  auto train = [&](const std::shared_ptr<lt::Precision>& precision, const char* what) {
+    auto model = std::make_shared<MixedNet>();
+    auto probe = std::make_shared<ReplicaChecksum>();
+    lt::Trainer trainer(base_options(strategy, 2).max_epochs(2).accumulate_grad_batches(2).precision_plugin(precision)
+                            .callbacks({probe}));
+    trainer.fit(model, rank_loader(rank, counts[rank], torch::kFloat));
+    int64_t steps = 0;
+    LT_WORKER_CHECK(replicas_identical(*strategy, *probe, &steps), what, ": the replicas differ after some step");
+    LT_WORKER_CHECK(trainer.global_step() == 8, what, ": global_step ", trainer.global_step(), ", expected 8");
+    return model->flat();
+  };
+  const torch::Tensor full = train(nullptr, "32-true");
+  auto scaled = std::make_shared<lt::MixedPrecision>();
+  const torch::Tensor same = train(scaled, "16-mixed");
+  LT_WORKER_CHECK(same.equal(full), "a power-of-two scale changed the result by ",
+                  (same - full).abs().max().item<double>());
+  LT_WORKER_CHECK(scaled->scaler().get_scale() == 65536.0 && scaled->scaler().growth_tracker() == 8,
+                  "scale ", scaled->scaler().get_scale(), ", growth tracker ", scaled->scaler().growth_tracker());
+  auto overflowing = std::make_shared<lt::MixedPrecision>(lt::GradScalerOptions().init_scale(std::ldexp(1.0, 127)));
+  const torch::Tensor skipped = train(overflowing, "16-mixed from 2^127");
+  const double scale = overflowing->scaler().get_scale();
+  const torch::Tensor scales = strategy->all_gather(torch::tensor({scale}, torch::kDouble)).flatten();
+  LT_WORKER_CHECK(scales[0].item<double>() == scales[1].item<double>(), "the ranks' scales differ: ", scales);
+  LT_WORKER_CHECK(scale < std::ldexp(1.0, 127) && torch::isfinite(skipped).all().item<bool>(),
+                  "no step was skipped, or a non-finite step was taken (scale ", scale, ")");
+  std::cerr << "measured: 16-mixed from 2^127 under lockstep Join: " << std::log2(std::ldexp(1.0, 127) / scale)
+            << " steps skipped on every rank" << std::endl;
+  return 0;
+}
+
+TEST(JoinLockstep, GradScalerDecidesAlikeOnEveryRankUnderJoin) {
+  auto r = run_workers("GradScalerUnderJoin", 2, join_options(""));
   EXPECT_TRUE(r.ok()) << r.summary();
   print_measured(r);
 }
