@@ -17,6 +17,8 @@
 #include <lightning_cpp/data/fashion_mnist.h>
 #include <lightning_cpp/trainer/trainer.h>
 
+#include "machine_limit.h"
+
 namespace {
 
 class Mlp : public lt::LightningModule {
@@ -71,30 +73,18 @@ double hand_written(const lt::TensorDataset& ds, int64_t batch_size, int64_t ste
 }
 
 double with_trainer(const std::shared_ptr<lt::TensorDataset>& ds, int64_t batch_size, int64_t steps,
-                    const std::string& precision = "32-true") {
+                    const std::string& precision = "32-true",
+                    lt::NonFinitePolicy on_nonfinite = lt::NonFinitePolicy::kError) {
   torch::manual_seed(0);
   auto model = std::make_shared<Mlp>();
   auto loader = std::make_shared<lt::DataLoader>(ds, lt::DataLoaderOptions(batch_size).shuffle(true));
   // No logger, summary or bar: the hand-written loop has none (Lightning's own benchmarks run so too).
-  lt::Trainer trainer(lt::TrainerOptions().max_steps(steps).precision(precision).default_logger(false)
+  lt::Trainer trainer(lt::TrainerOptions().max_steps(steps).precision(precision).on_nonfinite(on_nonfinite)
+                          .default_logger(false)
                           .enable_progress_bar(false).enable_model_summary(false));
   const auto t0 = std::chrono::steady_clock::now();
   trainer.fit(model, loader);
   return seconds_since(t0);
-}
-
-// This machine's limit for the step's kind of work: sgemm 1024^3 GFLOP/s
-// (torch::mm, the intra-op threads as set), best of 5.
-double sgemm_gflops() {
-  const auto a = torch::randn({1024, 1024}), b = torch::randn({1024, 1024});
-  auto c = torch::empty({1024, 1024});
-  double best = 0;
-  for (int r = 0; r < 5; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < 4; ++i) torch::mm_out(c, a, b);
-    best = std::max(best, 4 * 2.0 * 1024 * 1024 * 1024 / seconds_since(t0) / 1e9);
-  }
-  return best;
 }
 
 double median(std::vector<double> v) {
@@ -113,23 +103,24 @@ int main(int argc, char** argv) {
   bool real = false;
   auto ds = data(steps * batch_size, &real);
   hand_written(*ds, batch_size, steps / 4);  // warm-up: allocator, thread pool
-  std::vector<double> base, trainer, bf16;
+  std::vector<double> base, trainer, unchecked, bf16;
   for (int64_t r = 0; r < repeats; ++r) {  // alternate, so drift hits all alike
     base.push_back(hand_written(*ds, batch_size, steps));
     trainer.push_back(with_trainer(ds, batch_size, steps));
+    unchecked.push_back(with_trainer(ds, batch_size, steps, "32-true", lt::NonFinitePolicy::kIgnore));
     bf16.push_back(with_trainer(ds, batch_size, steps, "bf16-mixed"));
   }
-  const double b = median(base), t = median(trainer), h = median(bf16);
+  const double b = median(base), t = median(trainer), u = median(unchecked), h = median(bf16);
   std::printf("parity: MLP 784-256-256-10, Adam, batch %lld, %lld steps, %s data, median of %lld\n",
               static_cast<long long>(batch_size), static_cast<long long>(steps), real ? "Fashion-MNIST" : "random",
               static_cast<long long>(repeats));
   std::printf("  hand-written loop : %.3f s (%.1f steps/s)\n", b, steps / b);
   std::printf("  lt::Trainer       : %.3f s (%.1f steps/s)\n", t, steps / t);
   std::printf("  ratio trainer/hand-written = %.4f (target <= 1.03)\n", t / b);
+  std::printf("  with on_nonfinite: ignore (no finiteness check) = %.4f\n", u / b);
   std::printf("  lt::Trainer bf16-mixed: %.3f s (%.1f steps/s): %.2fx the steps/s of 32-true\n", h, steps / h, t / h);
-  // Forward 2*B*(weights) multiply-adds as FLOPs, backward twice that.
-  const double flops_per_step = 3.0 * 2.0 * static_cast<double>(batch_size) * (784 * 256 + 256 * 256 + 256 * 10);
-  const double limit = sgemm_gflops();
+  const double flops_per_step = lt::bench::mlp_step_flops(batch_size, {784, 256, 256, 10});
+  const double limit = lt::bench::sgemm_gflops();
   std::printf("  step: %.1f GFLOP/s hand-written, %.1f Trainer; sgemm here %.1f GFLOP/s (%d threads): %.0f%% and "
               "%.0f%% of it\n",
               flops_per_step * steps / b / 1e9, flops_per_step * steps / t / 1e9, limit, torch::get_num_threads(),

@@ -181,6 +181,8 @@ Result run_epoch(const MakeLoader& make_loader, int64_t workers) {
   lt::Trainer trainer(lt::TrainerOptions()
                           .max_epochs(1)
                           .enable_progress_bar(false)
+                          .enable_model_summary(false)
+                          .default_logger(false)
                           .num_sanity_val_steps(0)
                           .log_every_n_steps(1000000)
                           .callbacks({timing}));

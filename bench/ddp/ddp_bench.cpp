@@ -30,6 +30,8 @@
 #include <lightning_cpp/plugins/strategies/ddp/distributed_data_parallel.h>
 #include <lightning_cpp/trainer/trainer.h>
 
+#include "../machine_limit.h"
+
 namespace {
 
 constexpr int64_t kChunks = 16;
@@ -131,6 +133,8 @@ double trainer_loop(const Args& args, int64_t rank, int64_t world) {
       .devices(world)
       .callbacks({timer})
       .enable_progress_bar(false)
+      .enable_model_summary(false)
+      .default_logger(false)
       .num_sanity_val_steps(0)
       .log_every_n_steps(1000000)
       .default_root_dir(std::filesystem::temp_directory_path().string());
@@ -269,5 +273,12 @@ int main(int argc, char** argv) {
   std::printf("  scaling efficiency cpp DDP (%d procs)  %.2f    (target >= 0.9)\n", args.world, ratio(cpp_raw, cpp_single));
   std::printf("  scaling efficiency cpp Trainer        %.2f\n", ratio(cpp_trainer, cpp_trainer_single));
   std::printf("  scaling efficiency python             %.2f\n", ratio(py_ddp, py_single));
+  // Each process's step rate against this machine's limit (one process per core, one thread each).
+  const double flops = lt::bench::mlp_step_flops(kBatch, {28 * 28, kHidden, kHidden, 10});
+  const double limit = lt::bench::sgemm_gflops();
+  std::printf("of this machine's sgemm rate (%.1f GFLOP/s, 1 thread): cpp 1 process %.1f GFLOP/s (%.0f%%), "
+              "cpp DDP %.1f GFLOP/s per rank (%.0f%%)\n",
+              limit, flops * cpp_single / 1e9, 100.0 * flops * cpp_single / 1e9 / limit, flops * cpp_raw / 1e9,
+              100.0 * flops * cpp_raw / 1e9 / limit);
   return 0;
 }

@@ -1,0 +1,37 @@
+#pragma once
+// What a benchmark's step could do on this machine at most: the sgemm rate
+// measured in the same run, and the multiply-adds of an MLP step, so that a
+// benchmark prints the fraction of the limit it reaches beside its ratios.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <initializer_list>
+
+#include <torch/torch.h>
+
+namespace lt::bench {
+
+// sgemm 1024^3 in GFLOP/s (torch::mm, the intra-op threads as set), best of 5.
+inline double sgemm_gflops() {
+  const auto a = torch::randn({1024, 1024}), b = torch::randn({1024, 1024});
+  auto c = torch::empty({1024, 1024});
+  double best = 0;
+  for (int r = 0; r < 5; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 4; ++i) torch::mm_out(c, a, b);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, 4 * 2.0 * 1024 * 1024 * 1024 / s / 1e9);
+  }
+  return best;
+}
+
+// FLOPs of one training step of an MLP with these layer widths: forward
+// 2 * batch * weights, backward twice that.
+inline double mlp_step_flops(int64_t batch, std::initializer_list<int64_t> widths) {
+  double weights = 0;
+  for (auto it = widths.begin(); it + 1 != widths.end(); ++it) weights += static_cast<double>(*it * *(it + 1));
+  return 3.0 * 2.0 * static_cast<double>(batch) * weights;
+}
+
+}  // namespace lt::bench
