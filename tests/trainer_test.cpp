@@ -307,19 +307,21 @@ TEST_F(TrainerTest, StepLRSchedulerPerEpoch) {
   EXPECT_DOUBLE_EQ(lt::get_lr(trainer.optimizer_config()->optimizer->param_groups()[0]), 0.125);
 }
 
+// The Regressor's step under manual optimization.
+class ManualRegressor : public Regressor {
+ public:
+  ManualRegressor() { set_automatic_optimization(false); }
+  torch::Tensor training_step(const Batch& batch, int64_t) override {
+    auto loss = torch::mse_loss(forward(batch.data), batch.target);
+    optimizer().zero_grad();
+    manual_backward(loss);
+    optimizer_step();
+    return loss;
+  }
+};
+
 TEST_F(TrainerTest, ManualOptimization) {
-  class Manual : public Regressor {
-   public:
-    Manual() { set_automatic_optimization(false); }
-    torch::Tensor training_step(const Batch& batch, int64_t) override {
-      auto loss = torch::mse_loss(forward(batch.data), batch.target);
-      optimizer().zero_grad();
-      manual_backward(loss);
-      optimizer_step();
-      return loss;
-    }
-  };
-  auto model = std::make_shared<Manual>();
+  auto model = std::make_shared<ManualRegressor>();
   auto before = model->fc1->weight.clone();
   lt::Trainer trainer(lt::TrainerOptions().max_epochs(1));
   trainer.fit(model, loader(regression_data(12), 4));
@@ -1084,21 +1086,10 @@ TEST_F(TrainerTest, GradScalerGrowsAndResumesFromTheCheckpoint) {
 // Manual optimization: manual_backward scales, optimizer_step unscales (and
 // would skip), as in the automatic loop: equal to the 32-true run bitwise.
 TEST_F(TrainerTest, GradScalerUnderManualOptimizationEqualsFloat32) {
-  class Manual : public Regressor {
-   public:
-    Manual() { set_automatic_optimization(false); }
-    torch::Tensor training_step(const Batch& batch, int64_t) override {
-      auto loss = torch::mse_loss(forward(batch.data), batch.target);
-      optimizer().zero_grad();
-      manual_backward(loss);
-      optimizer_step();
-      return loss;
-    }
-  };
   auto data = regression_data(16);
   auto run = [&](std::shared_ptr<lt::Precision> precision) {
     torch::manual_seed(2);
-    auto model = std::make_shared<Manual>();
+    auto model = std::make_shared<ManualRegressor>();
     lt::Trainer trainer(lt::TrainerOptions().max_epochs(2).precision_plugin(precision).enable_progress_bar(false)
                             .enable_model_summary(false));
     trainer.fit(model, loader(data, 4));
