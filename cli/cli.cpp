@@ -610,6 +610,7 @@ RunObjects build_run(const ConfigNode& resolved, const Registry& registry, const
   run.trainer.callbacks(std::move(callbacks));
 
   const ConfigNode& logger = *resolved.find("logger");
+  if (logger.is_scalar()) run.trainer.default_logger(false);  // logger: false
   if (logger.is_map()) run.trainer.logger(build_class<Logger>(logger, "logger", registry, &run.trainer));
   if (logger.is_list()) {
     std::vector<std::shared_ptr<Logger>> loggers;

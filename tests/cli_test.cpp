@@ -483,6 +483,16 @@ TEST_F(CliTest, ALoggerListLogsToEach) {
                       "{f}:3: logger: an empty list; say false for no logger");
 }
 
+// logger: false is Lightning's logger=False: no logger, not even the Trainer's default one.
+TEST_F(CliTest, LoggerFalseLogsNothing) {
+  const std::string a = write("a.yaml", "model: TinyNet\ndata: TinyData\n"
+                                        "trainer: {max_epochs: 1, enable_checkpointing: false}\nlogger: false\n");
+  const CliResult r = cli({"fit", "--config", a});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_FALSE(fs::exists(dir_ / "lightning_logs"));
+  EXPECT_EQ(listing(), (std::vector<std::string>{"a.yaml", "config.yaml"})) << "config.yaml in the log_dir, the root";
+}
+
 }  // namespace
 
 namespace {
