@@ -292,6 +292,8 @@ void Trainer::fit(const std::shared_ptr<LightningModule>& module, std::shared_pt
 void Trainer::fit(const std::shared_ptr<LightningModule>& module, std::shared_ptr<DataLoader> train,
                   std::shared_ptr<DataLoader> val, const std::string& ckpt_path, const HParams& data_hparams) {
   LT_CHECK(train != nullptr, "Trainer::fit: no training data (train_dataloader() returned null)");
+  // On every rank, before anything runs: a clash is everyone's error, not only the logging rank's.
+  const HParams hparams = merged_hparams(module->hparams(), data_hparams);
   // A worker torchrun restarted after a failure (--max_restarts) resumes from the newest checkpoint.
   const bool restarted = ckpt_path.empty() && env::get_int("TORCHELASTIC_RESTART_COUNT").value_or(0) > 0;
   auto run = begin(module, Stage::kTrain, restarted ? "last" : ckpt_path);
@@ -327,7 +329,7 @@ void Trainer::fit(const std::shared_ptr<LightningModule>& module, std::shared_pt
     module->on_fit_start();
     const std::string resume_from = resolve_ckpt_path(ckpt_path, *run, restarted);
     if (!resume_from.empty()) restore_checkpoint(resume_from);
-    if (ctx.logger != nullptr) ctx.logger->log_hyperparams(merged_hparams(module->hparams(), data_hparams));
+    if (ctx.logger != nullptr) ctx.logger->log_hyperparams(hparams);
     fit_loop_->run(ctx, *train, val.get());
     run->hooks.call(&Callback::on_fit_end);
     module->on_fit_end();
