@@ -95,6 +95,8 @@ struct Config {
 int worker(const Args& args) {
   torch::set_num_threads(1);
   const int64_t rank = std::atoi(std::getenv("RANK"));
+  // This core's limit, before the runs: every rank measures at once, one per core, as they will train.
+  const double limit = lt::bench::sgemm_gflops();
   auto strategy = std::make_shared<lt::DDPStrategy>();
   const std::vector<Config> configs = {
       {"even, no Join (pad)", lt::UnevenInputs::kPad, false, false},
@@ -143,7 +145,6 @@ int worker(const Args& args) {
     // Each rank's step rate against this machine's limit (one rank per core, one thread each).
     const double step_gflops = lt::bench::mlp_step_flops(kBatch, {28 * 28, kHidden, kHidden, 10}) *
                                static_cast<double>(args.batches) / base / 1e9;
-    const double limit = lt::bench::sgemm_gflops();
     std::printf("each rank, even without Join: %.1f GFLOP/s, %.0f%% of this machine's sgemm rate (%.1f GFLOP/s, "
                 "1 thread)\n", step_gflops, 100.0 * step_gflops / limit, limit);
   }
