@@ -245,10 +245,10 @@ int main(int argc, char** argv) {
               static_cast<long long>(args.steps), static_cast<long long>(args.warmup), ::sysconf(_SC_NPROCESSORS_ONLN),
               args.reps);
   std::fflush(stdout);
-  // Each configuration runs once per round, the rounds one after another, so
-  // that drift on a shared machine hits all alike; the best steps/s is kept.
   // The limit first, on a quiet machine (no workers or Python processes yet).
   const double limit = lt::bench::sgemm_gflops();
+  // Each configuration runs once per round, the rounds one after another, so
+  // that drift on a shared machine hits all alike; the best steps/s is kept.
   std::map<std::string, double> best;
   const auto keep = [&](const std::string& name, double sps) { best[name] = std::max(best[name], sps); };
   auto model = make_mlp();
@@ -261,7 +261,8 @@ int main(int argc, char** argv) {
     const auto py = run_python(args);
     keep("py_single", py.count(1) ? py.at(1) : 0);
     keep("py_ddp", py.count(args.world) ? py.at(args.world) : 0);
-    std::printf("  round %d: cpp DDP %.1f, python DDP %.1f steps/s\n", rep + 1, best["cpp_raw"], best["py_ddp"]);
+    std::printf("  after round %d, best so far: cpp DDP %.1f, python DDP %.1f steps/s\n", rep + 1, best["cpp_raw"],
+                best["py_ddp"]);
     std::fflush(stdout);
   }
   const double cpp_single = best["cpp_single"], cpp_trainer_single = best["cpp_trainer_single"];
