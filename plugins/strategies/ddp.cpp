@@ -10,6 +10,7 @@
 #include <lightning_cpp/core/lightning_module.h>
 #include <lightning_cpp/core/rank_zero.h>
 #include <lightning_cpp/core/run_state.h>
+#include <lightning_cpp/core/signals.h>
 #include <lightning_cpp/core/trainer_options.h>
 #include <lightning_cpp/data/data_loader.h>
 #include <lightning_cpp/plugins/launchers/subprocess_script.h>
@@ -133,13 +134,18 @@ void DDPStrategy::setup(LightningModule& module) {
   }
   for (size_t i = 0; i < layers.size(); ++i) layers[i]->set_process_group(layer_sync_group_, static_cast<int64_t>(i));
   auto scope = watch("broadcast of the initial parameters (DDP setup)");
+  // The ranks agree on where a signal stops them through the gradient
+  // allreduce (DistributedDataParallel's agreed stop; the epoch contexts read it).
+  std::function<bool()> stop_wish;
+  if (watchdog_) stop_wish = [] { return interrupt_signal() != 0; };
   ddp_ = std::make_unique<DistributedDataParallel>(holder, process_group(),
                                                    DistributedDataParallelOptions()
                                                        .bucket_cap_mb(options_.bucket_cap_mb())
                                                        .find_unused_parameters(options_.find_unused_parameters())
                                                        .gradient_as_bucket_view(options_.gradient_as_bucket_view())
                                                        .broadcast_buffers(options_.broadcast_buffers())
-                                                       .comm_hook(options_.ddp_comm_hook()));
+                                                       .comm_hook(options_.ddp_comm_hook())
+                                                       .stop_wish(stop_wish));
   if (!layers.empty()) {
     ddp_->set_forward_shadow([layers] {
       for (CollectiveLayer* layer : layers) layer->shadow_forward();
@@ -187,15 +193,19 @@ torch::Tensor DDPStrategy::training_step(LightningModule& module, const Batch& b
   }
   manual_syncs_ = 0;
   torch::Tensor out = module.training_step(batch, batch_idx);
-  // Manual optimization calls manual_backward inside training_step, before
-  // this point: backward() arms the Reducer then, as Lightning does.
+  // backward() arms the Reducer (as Lightning's manual_backward does), from
+  // what backward starts at: the scaled loss and the stop flag.
   auto scope = watch("DDP forward collectives (Join grad-sync flag)");
-  ddp_->post_forward({out}, /*prepare_for_backward=*/module.automatic_optimization());
+  ddp_->post_forward({out}, /*prepare_for_backward=*/false);
   return out;
 }
 
 void DDPStrategy::backward(const torch::Tensor& loss, LightningModule& module) {
-  if (ddp_ && !module.automatic_optimization()) {
+  if (!ddp_) {
+    loss.backward();
+    return;
+  }
+  if (!module.automatic_optimization()) {
     // Under uneven Join a joined rank's DDP main hook shadows one gradient
     // reduction per batch; a second one would meet the joined rank's next
     // heartbeat instead (a gloo abort or a hang). Refused before its
@@ -210,11 +220,9 @@ void DDPStrategy::backward(const torch::Tensor& loss, LightningModule& module) {
           "collectives would stop matching. Call manual_backward once per batch (on the sum of the losses), or "
           "train with uneven_inputs: pad (DistributedSampler padding, no Join)"));
     }
-    ddp_->prepare_for_backward({loss});
   }
-  auto scope = ddp_ && ddp_->require_backward_grad_sync() ? watch("backward (gradient allreduce)")
-                                                          : CollectiveWatchdog::Scope();
-  loss.backward();
+  auto scope = ddp_->require_backward_grad_sync() ? watch("backward (gradient allreduce)") : CollectiveWatchdog::Scope();
+  ddp_->backward(loss);
 }
 
 void DDPStrategy::optimizer_step(torch::optim::Optimizer& optimizer) {

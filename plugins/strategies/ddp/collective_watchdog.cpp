@@ -1,5 +1,6 @@
 #include <lightning_cpp/plugins/strategies/ddp/collective_watchdog.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <set>
@@ -330,13 +331,21 @@ void CollectiveWatchdog::finish() {
   if (!headline.empty()) throw CollectiveError(report(headline, all));
 }
 
-bool CollectiveWatchdog::agree_stop(bool local, int64_t step, bool lockstep, bool sync) {
+bool CollectiveWatchdog::agree_stop(bool local, int64_t step, bool lockstep, bool sync,
+                                    std::optional<bool> reduced) {
   if (run_ < 0) return local;
   try {
     if (local && !stop_at_) {
       // The first proposal wins; compareSet returns the value in the store.
+      // (Kept for lockstep windows without a reduction: the gradient
+      // allreduce carries this rank's wish from its next backward on.)
       const std::string proposed = std::to_string(lockstep ? step + 1 : step);
       stop_at_ = std::stoll(to_string(store_->compareSet(key("stop_at"), {}, to_bytes(proposed))));
+    }
+    if (lockstep && reduced) {
+      // Asked again at this step (a joined rank's finish()), the answer stays.
+      if (*reduced) stop_at_ = std::min(stop_at_.value_or(step), step);
+      return *reduced;
     }
     if (!stop_at_ && (lockstep || sync) && store_->check({key("stop_at")})) {
       stop_at_ = std::stoll(to_string(store_->get(key("stop_at"))));

@@ -23,7 +23,7 @@
 // It also ends each fit with a store barrier (finish()), so a rank that ran
 // out of batches waits there, visibly, instead of leaving a peer alone in an
 // allreduce, and carries the cross-rank agreement on where a signal stops
-// training (agree_stop()).
+// training (agree_stop(), when the gradient allreduce cannot carry it).
 //
 // Store keys, under the strategy's process-group prefix and a run number that
 // every rank advances alike (begin_run at each Trainer run):
@@ -133,11 +133,15 @@ class CollectiveWatchdog {
   void finish();
 
   // Where a signal stops training, agreed by every rank. `local`: this rank
-  // got a signal. `lockstep`: the ranks run the same steps (no Join), so the
-  // stop is set one step ahead and read from the store at every call;
-  // otherwise (Join) a rank may stop at once and the others learn of it from
-  // the watchdog thread, or from the store when `sync` is set (epoch end).
-  bool agree_stop(bool local, int64_t step, bool lockstep, bool sync);
+  // got a signal. `lockstep`: the ranks run the same steps (no Join, or
+  // scheduled Join); `reduced`: what this window's gradient allreduce carried
+  // (DistributedDataParallel::take_agreed_stop), the same on every rank, so
+  // it decides. A lockstep window without one (no backward reduced
+  // gradients) sets the stop one step ahead in the store and reads it at
+  // every such call. Otherwise (Join) a rank may stop at once and the others
+  // learn of it from the watchdog thread, or from the store when `sync` is
+  // set (epoch end).
+  bool agree_stop(bool local, int64_t step, bool lockstep, bool sync, std::optional<bool> reduced = std::nullopt);
 
  private:
   struct Position {

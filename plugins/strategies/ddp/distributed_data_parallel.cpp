@@ -3,6 +3,7 @@
 #include <limits>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 // Needs torch/csrc/distributed/autograd/context/context.h, which some
 // LibTorch packages lack: see plugins/strategies/c10d_compat/.
@@ -128,6 +129,11 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
   for (const auto& p : parameters_) {
     LT_CHECK(p.device() == device_, "DistributedDataParallel: every parameter must be on one device; found ",
              device_, " and ", p.device());
+  }
+  if (options_.stop_wish()) {
+    stop_flag_ = torch::zeros({1}, torch::TensorOptions().device(device_)).requires_grad_(true);
+    param_names[parameters_.size()] = "(lightning-cpp's agreed-stop flag: give the strategy's backward the loss)";
+    parameters_.push_back(stop_flag_);
   }
 
   // Same parameter shapes on every rank (a clear error instead of a hang),
@@ -274,6 +280,34 @@ void DistributedDataParallel::prepare_for_backward(const std::vector<torch::Tens
   }
 }
 
+void DistributedDataParallel::backward(const torch::Tensor& loss) {
+  std::vector<torch::Tensor> roots{loss};
+  std::vector<torch::Tensor> grads{torch::Tensor()};  // ones for a scalar loss, as loss.backward()
+  if (stop_flag_.defined() && torch::GradMode::is_enabled() && require_backward_grad_sync_) {
+    // A node of its own (a view), so that find_unused_parameters sees the flag used.
+    roots.push_back(stop_flag_.view({1}));
+    // A fresh tensor: the flag's AccumulateGrad may keep it as the gradient.
+    grads.push_back(torch::full({1}, options_.stop_wish()() ? 1.0 : 0.0, stop_flag_.options()));
+    stop_reduced_ = true;
+  }
+  prepare_for_backward(roots);
+  torch::autograd::backward(roots, grads);
+}
+
+std::optional<bool> DistributedDataParallel::take_agreed_stop() {
+  if (!std::exchange(stop_reduced_, false)) return std::nullopt;
+  torch::Tensor& sum = stop_flag_.mutable_grad();
+  if (!sum.defined()) return false;
+  const bool stop = sum.item<float>() > 0.0f;
+  sum.zero_();
+  return stop;
+}
+
+void DistributedDataParallel::reset_agreed_stop() {
+  stop_reduced_ = false;
+  if (stop_flag_.defined() && stop_flag_.grad().defined()) stop_flag_.mutable_grad().zero_();
+}
+
 bool DistributedDataParallel::will_sync_module_buffers() const {
   return require_forward_param_sync_ && options_.broadcast_buffers() && !module_buffers().empty();
 }
@@ -327,6 +361,15 @@ std::vector<c10d::GradBucket> DistributedDataParallel::match_all_reduce_for_bwd_
   // The Reducer's bucket order (rebuilt or not) with zeros of each bucket's
   // shape: a joined rank contributes nothing to the sum.
   std::vector<c10d::GradBucket> buckets = reducer_->get_grad_buckets(/*return_zero_tensors=*/true);
+  if (stop_flag_.defined() && options_.stop_wish()()) {
+    // This rank's wish to stop rides in its zero bucket (take_agreed_stop).
+    for (auto& bucket : buckets) {
+      const std::vector<torch::Tensor> params = bucket.getParameters();
+      for (size_t i = 0; i < params.size(); ++i) {
+        if (params[i].is_same(stop_flag_)) bucket.getGradients()[i].fill_(1.0);
+      }
+    }
+  }
   std::vector<c10::intrusive_ptr<c10::ivalue::Future>> futures;
   futures.reserve(buckets.size());
   // The default comm hook allreduces each bucket's buffer in place.
@@ -350,6 +393,7 @@ void DistributedDataParallel::adopt_reduced_gradients(const std::vector<c10d::Gr
   LT_INTERNAL_ASSERT(indices.size() == buckets.size(), indices.size(), " bucket index lists for ", buckets.size(),
                      " buckets");
   torch::NoGradGuard no_grad;
+  if (stop_flag_.defined()) stop_reduced_ = true;
   for (size_t b = 0; b < buckets.size(); ++b) {
     const std::vector<torch::Tensor> grads = buckets[b].getGradients();
     LT_INTERNAL_ASSERT(grads.size() == indices[b].size(), "bucket ", b, " has ", grads.size(), " gradients for ",

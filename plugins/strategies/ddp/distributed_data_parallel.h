@@ -37,7 +37,7 @@
 //        Reducer::prepare_for_backward(outputs if find_unused_parameters) and
 //        require_forward_param_sync = true; else require_forward_param_sync = false.
 //   backward (only when prepare_for_backward ran): one allreduce per bucket
-//        in bucket order, then with find_unused_parameters an allreduce of the
+//        in bucket order (with stop_wish, the first carries the stop flag), then with find_unused_parameters an allreduce of the
 //        locally-used-parameter map. Gradients are divided by the world size
 //        (or, with Join and divide_by_initial_world_size=false, by the number
 //        of ranks still active).
@@ -52,6 +52,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -92,6 +93,9 @@ struct DistributedDataParallelOptions {
   // ranks still active (false). PyTorch's join(divide_by_initial_world_size).
   TORCH_ARG(bool, divide_by_initial_world_size) = true;
   TORCH_ARG(DDPCommHook, comm_hook) = DDPCommHook::kAllreduce;
+  // Set: the gradient allreduce also carries this rank's wish to stop (see
+  // "Agreed stop" below). Every rank sets it alike.
+  TORCH_ARG(std::function<bool()>, stop_wish) = nullptr;
 };
 
 class DistributedDataParallel : public Joinable {
@@ -124,6 +128,23 @@ class DistributedDataParallel : public Joinable {
   // Lightning's prepare_for_backward(model, output): when the next backward
   // should reduce gradients, rebuild buckets if due and arm the Reducer.
   void prepare_for_backward(const std::vector<torch::Tensor>& outputs);
+  // prepare_for_backward, then backward from `loss` and, when this backward
+  // reduces gradients and options.stop_wish is set, from the stop flag.
+  void backward(const torch::Tensor& loss);
+
+  // -- agreed stop (options.stop_wish) --------------------------------------------
+  // A one-element parameter of the Reducer's own (not the module's, so no
+  // optimizer, clipping or checkpoint sees it), reduced in the first bucket
+  // with the gradients. Every backward that reduces gradients starts from it
+  // too, with this rank's stop_wish() (0 or 1) as its gradient, and a joined
+  // rank puts its wish into its zero bucket, so after the allreduce every
+  // rank holds the same sum: > 0 when some rank wants to stop. It costs no
+  // collective of its own (the store read it replaces cost ~10% of a step).
+  // The sum since the last call, or nullopt when no backward (nor, lockstep
+  // Join, an adopted reduction) reduced gradients since; clears it.
+  std::optional<bool> take_agreed_stop();
+  // Forgets what was reduced (every rank at the same point: an epoch's start).
+  void reset_agreed_stop();
 
   // -- gradient sync switches ---------------------------------------------------
   bool require_backward_grad_sync() const { return require_backward_grad_sync_; }
@@ -253,6 +274,8 @@ class DistributedDataParallel : public Joinable {
   std::function<void()> join_step_;
   std::function<bool()> scheduled_join_sync_;
   std::function<void()> forward_shadow_;
+  torch::Tensor stop_flag_;    // options.stop_wish: the last of parameters_
+  bool stop_reduced_ = false;  // a reduction carried the flag since take_agreed_stop()
 };
 
 }  // namespace lt

@@ -19,9 +19,12 @@ CollectiveWatchdog::Scope watch(CollectiveWatchdog* watchdog, const char* collec
 }
 
 // Whether every rank stops at this boundary (see TrainingEpochContext::stop_requested).
-bool agree_stop(CollectiveWatchdog* watchdog, bool local, const RunState* state, bool lockstep, bool sync) {
+// In lockstep, what the window's gradient allreduce carried decides (DDP's agreed stop).
+bool agree_stop(CollectiveWatchdog* watchdog, DistributedDataParallel& ddp, bool local, const RunState* state,
+                bool lockstep, bool sync) {
+  const std::optional<bool> reduced = lockstep ? ddp.take_agreed_stop() : std::nullopt;
   if (watchdog == nullptr) return local;
-  return watchdog->agree_stop(local, state != nullptr ? state->global_step : 0, lockstep, sync);
+  return watchdog->agree_stop(local, state != nullptr ? state->global_step : 0, lockstep, sync, reduced);
 }
 
 // Every rank runs this epoch's batches with the others' collectives, or
@@ -51,14 +54,15 @@ class NoSyncEpochContext : public TrainingEpochContext {
       : TrainingEpochContext(plan), parts_(parts), state_(state) {
     check_even_batches(parts_.strategy, plan.num_batches, "uneven inputs without Join (uneven_inputs: pad or error)",
                        "Use uneven_inputs: join, or give every rank as many batches");
+    parts_.ddp.reset_agreed_stop();
   }
   std::unique_ptr<BatchGuard> batch(int64_t /*iteration*/, bool sync_gradients) override {
     if (sync_gradients) return nullptr;
     return std::make_unique<NoSyncBatchGuard>(parts_.ddp);
   }
-  // The ranks run in lockstep: they agree through the store on the step to stop at.
+  // The ranks run in lockstep: the gradient allreduce tells them all whether to stop.
   bool stop_requested(bool local) override {
-    return agree_stop(parts_.watchdog, local, state_, /*lockstep=*/true, /*sync=*/true);
+    return agree_stop(parts_.watchdog, parts_.ddp, local, state_, /*lockstep=*/true, /*sync=*/true);
   }
 
  private:
@@ -128,6 +132,7 @@ class DDPJoinEpochContext : public TrainingEpochContext {
                          "Set join_enable: true, or uneven_inputs: pad");
     }
     ddp_.set_divide_by_initial_world_size(settings_.divide_by_initial_world_size);
+    ddp_.reset_agreed_stop();
     if (settings_.mode == JoinMode::kLockstep) ddp_.set_join_step(plan.joined_step);
     JoinSchedule schedule;
     if (settings_.enable && strategy_.world_size() > 1) {
@@ -202,7 +207,7 @@ class DDPJoinEpochContext : public TrainingEpochContext {
       auto scope = watch(watchdog_, "DDP forward collectives (Join heartbeat, padding micro-batch)");
       ddp_.pre_forward();
       ddp_.shadow_forward();  // the forward (and backward) the others run: collective layers
-      ddp_.post_forward({zero_loss(module_, ddp_.device())});
+      ddp_.post_forward({zero_loss(module_, ddp_.device())}, /*prepare_for_backward=*/false);  // run_padding's
     }
     return guard;
   }
@@ -217,7 +222,7 @@ class DDPJoinEpochContext : public TrainingEpochContext {
   // from the watchdog thread, and from the store itself after finish().
   // Scheduled, the ranks agree on the step to stop at, as without Join.
   bool stop_requested(bool local) override {
-    return agree_stop(watchdog_, local, module_.runtime().state, /*lockstep=*/!settings_.enable || scheduled_,
+    return agree_stop(watchdog_, ddp_, local, module_.runtime().state, /*lockstep=*/!settings_.enable || scheduled_,
                       /*sync=*/finished_ || !settings_.enable || scheduled_);
   }
 

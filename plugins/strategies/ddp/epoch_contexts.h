@@ -5,8 +5,8 @@
 // no_sync (uneven_inputs: pad | error): gradients are reduced only on the
 // micro-batch that ends an accumulation window; the others run under
 // no_sync. Every rank runs the same iterations, so each issues the same
-// collectives, and the ranks agree through the store on the step a signal
-// stops them at.
+// collectives, and the gradient allreduce that ends each window carries the
+// ranks' wishes to stop (a signal), so all stop after the same window.
 //
 // Join (uneven_inputs: join): ONE Join context around the whole epoch, a
 // per-micro-batch guard (no_sync on accumulation micro-batches) and the
