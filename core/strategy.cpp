@@ -49,9 +49,16 @@ torch::Tensor Strategy::broadcast(const torch::Tensor& tensor, int64_t /*src*/) 
 
 bool Strategy::reduce_boolean_decision(bool decision, bool /*all*/) { return decision; }
 
+std::pair<int64_t, int64_t> count_range(Strategy& strategy, int64_t local) {
+  const torch::Tensor extremes = strategy.reduce(torch::tensor({local, -local}, torch::kLong), ReduceOp::kMax);
+  return {-extremes[1].item<int64_t>(), extremes[0].item<int64_t>()};
+}
+
 std::string uneven_counts(Strategy& strategy, int64_t local) {
+  const auto [shortest, longest] = count_range(strategy, local);
+  if (shortest == longest && shortest >= 0) return {};
+  // Every rank learned the same: all gather the counts to name them.
   const torch::Tensor counts = strategy.all_gather(torch::tensor({local}, torch::kLong)).flatten();
-  if ((counts == local).all().item<bool>() && local >= 0) return {};
   std::string listing;
   for (int64_t r = 0; r < counts.size(0); ++r) {
     const int64_t count = counts[r].item<int64_t>();

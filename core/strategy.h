@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <torch/torch.h>
@@ -163,9 +164,14 @@ class Strategy {
   std::shared_ptr<Precision> precision_ = std::make_shared<FullPrecision>();
 };
 
-// Gathers every rank's `local` count (a collective): "" when all are equal
-// and known, else the counts, "rank 0: 3, rank 1: 5" (a count of -1 is
-// unknown: a stream's, found at its end, and so never taken as even).
+// The smallest and the largest of the ranks' `local` counts (a collective:
+// one allreduce).
+std::pair<int64_t, int64_t> count_range(Strategy& strategy, int64_t local);
+
+// Compares every rank's `local` count (a collective: count_range, and when
+// they differ an allgather): "" when all are equal and known, else the
+// counts, "rank 0: 3, rank 1: 5" (a count of -1 is unknown: a stream's,
+// found at its end, and so never taken as even).
 std::string uneven_counts(Strategy& strategy, int64_t local);
 
 // sum(p * 0) over the module's trainable parameters: a zero loss whose graph

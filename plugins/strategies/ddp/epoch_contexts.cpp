@@ -136,11 +136,10 @@ class DDPJoinEpochContext : public TrainingEpochContext {
     if (settings_.mode == JoinMode::kLockstep) ddp_.set_join_step(plan.joined_step);
     JoinSchedule schedule;
     if (settings_.enable && strategy_.world_size() > 1) {
-      auto scope = watch(watchdog_, "allgather of the ranks' batch counts (Join epoch start)");
+      auto scope = watch(watchdog_, "allreduce of the ranks' batch counts (Join epoch start)");
       // A stream of unknown length (-1) on any rank: the epoch's length is unknown.
-      const torch::Tensor counts = strategy_.all_gather(torch::tensor({plan.num_batches}, torch::kLong));
-      const int64_t shortest = counts.min().item<int64_t>();
-      length_ = shortest < 0 ? -1 : counts.max().item<int64_t>();
+      const auto [shortest, most] = count_range(strategy_, plan.num_batches);
+      length_ = shortest < 0 ? -1 : most;
       // Every count known, lockstep with the loop's step, gradients divided by
       // the world size: the schedule says all the heartbeat would (join.h).
       if (shortest >= 0 && plan.joined_step && plan.stops_after && settings_.mode == JoinMode::kLockstep &&
