@@ -28,7 +28,7 @@ bool agree_stop(CollectiveWatchdog* watchdog, DistributedDataParallel& ddp, bool
 }
 
 // Every rank runs this epoch's batches with the others' collectives, or
-// throws naming the counts (collectives: one allgather).
+// throws naming the counts (collectives: one allreduce; an allgather when they differ).
 void check_even_batches(Strategy& strategy, int64_t num_batches, const char* what, const char* fix) {
   const std::string per_rank = uneven_counts(strategy, num_batches);
   if (per_rank.empty()) return;

@@ -33,7 +33,8 @@
 //     off the number of ranks active at w's synced iteration (the ranks with
 //     data in w: the heartbeat of that iteration counts them).
 //
-// At the epoch's start (2+ ranks): one allgather of the ranks' batch counts.
+// At the epoch's start (2+ ranks): one allreduce of the ranks' batch counts
+// (the fewest and the most; an allgather names them when no_sync refuses).
 // Join: the longest is the epoch_length() validation points count in;
 // no_sync (and Join disabled): counts that differ are refused there, on every
 // rank, naming them (the loaders were evened out before training; see
@@ -45,8 +46,9 @@
 //        throw_on_early_termination the blocking check allreduce(zeros)],
 //        bucket rebuild broadcast (once), buffer sync (find_common_rank +
 //        broadcast) when due, the grad-sync flag allreduce (1, or 0 under no_sync).
-//     2. backward: on the window's last micro-batch, one allreduce per bucket
-//        (+ unused-parameter map with find_unused_parameters).
+//     2. backward: on the window's last micro-batch, one allreduce per bucket,
+//        the first with the agreed-stop flag (+ unused-parameter map with
+//        find_unused_parameters).
 //     3. end_batch: the sync_dist logging reduction (ddp/joinable_logging.h).
 //     4. the loop's iteration end: after a step, on_after_optimizer_step
 //        (ModelCheckpoint's barrier, the Timer's agreement); at a validation
@@ -68,8 +70,9 @@
 // EpochPlan::stops_after) say the others train, its gradient sync from the
 // windows; 3's header is skipped at iterations every rank has a batch of;
 // throw mode throws where the shortest rank runs out. The ranks agree on a
-// signal's stop step through the store at every window end, as no_sync does.
-// With Join disabled (join_enable: false), the context first allgathers the
+// signal's stop in the gradient allreduce that ends each window, as no_sync
+// does (a joined rank's wish rides in its zero bucket).
+// With Join disabled (join_enable: false), the context first compares the
 // ranks' batch counts and refuses uneven ones with an error on every rank
 // (instead of a hang in the first unmatched gradient allreduce).
 
