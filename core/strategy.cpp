@@ -62,7 +62,8 @@ std::string uneven_counts(Strategy& strategy, int64_t local) {
   std::string listing;
   for (int64_t r = 0; r < counts.size(0); ++r) {
     const int64_t count = counts[r].item<int64_t>();
-    listing += c10::str(r == 0 ? "" : ", ", "rank ", r, ": ", count >= 0 ? std::to_string(count) : "unknown (a stream)");
+    listing +=
+        c10::str(r == 0 ? "" : ", ", "rank ", r, ": ", count >= 0 ? std::to_string(count) : "unknown (a stream)");
   }
   return listing;
 }

@@ -221,7 +221,8 @@ void DDPStrategy::backward(const torch::Tensor& loss, LightningModule& module) {
           "train with uneven_inputs: pad (DistributedSampler padding, no Join)"));
     }
   }
-  auto scope = ddp_->require_backward_grad_sync() ? watch("backward (gradient allreduce)") : CollectiveWatchdog::Scope();
+  auto scope =
+      ddp_->require_backward_grad_sync() ? watch("backward (gradient allreduce)") : CollectiveWatchdog::Scope();
   ddp_->backward(loss);
 }
 

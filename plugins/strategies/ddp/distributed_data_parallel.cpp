@@ -132,7 +132,8 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
   }
   if (options_.stop_wish()) {
     stop_flag_ = torch::zeros({1}, torch::TensorOptions().device(device_)).requires_grad_(true);
-    param_names[parameters_.size()] = "(lightning-cpp's agreed-stop flag: give the strategy's backward the loss)";
+    param_names[parameters_.size()] =
+        "(lightning-cpp's agreed-stop flag: backward must go through the strategy, as manual_backward)";
     parameters_.push_back(stop_flag_);
   }
 

@@ -37,7 +37,8 @@
 //        Reducer::prepare_for_backward(outputs if find_unused_parameters) and
 //        require_forward_param_sync = true; else require_forward_param_sync = false.
 //   backward (only when prepare_for_backward ran): one allreduce per bucket
-//        in bucket order (with stop_wish, the first carries the stop flag), then with find_unused_parameters an allreduce of the
+//        in bucket order (with stop_wish, the first carries the stop flag),
+//        then with find_unused_parameters an allreduce of the
 //        locally-used-parameter map. Gradients are divided by the world size
 //        (or, with Join and divide_by_initial_world_size=false, by the number
 //        of ranks still active).
