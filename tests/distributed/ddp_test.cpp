@@ -791,7 +791,8 @@ TEST(Ddp, PerRankStreamsTrainUnderJoinAsMapStyleLoaders) {
 // backward (LT_WHEN=backward) or after the optimizer step that reaches global
 // step LT_AT (LT_WHEN=step; under Join a joined rank runs that hook too). The
 // fit must end with lt::Interrupted at global step LT_EXPECT on every rank,
-// with equal parameters.
+// with equal parameters. LT_DDP: bucket_view (gradient_as_bucket_view) or
+// find_unused (find_unused_parameters).
 LT_TEST_WORKER(OneRankSignal) {
   const int64_t rank = env_int("RANK"), at = env_int("LT_AT"), expect = env_int("LT_EXPECT");
   const bool join = env_str("LT_MODE") == "join", raises = rank == env_int("LT_SIGNAL_RANK");
@@ -816,7 +817,10 @@ LT_TEST_WORKER(OneRankSignal) {
       lt::TrainerOptions()
           .devices(2)
           .strategy(std::make_shared<lt::DDPStrategy>(
-              test_strategy_options().uneven_inputs(join ? lt::UnevenInputs::kJoin : lt::UnevenInputs::kPad)))
+              test_strategy_options()
+                  .uneven_inputs(join ? lt::UnevenInputs::kJoin : lt::UnevenInputs::kPad)
+                  .gradient_as_bucket_view(env_str("LT_DDP") == "bucket_view")
+                  .find_unused_parameters(env_str("LT_DDP") == "find_unused")))
           .use_distributed_sampler(!join)
           .accumulate_grad_batches(2)
           .max_epochs(1)
@@ -845,17 +849,24 @@ TEST(Ddp, OneRanksSignalStopsEveryRankAfterTheSameWindow) {
     int signal_rank;
     const char* when;
     int at, expect;
+    const char* ddp = "";
   };
   for (const Case& c : {Case{"pad", 1, "backward", 6, 3},  // batch 5 ends window 2 (step 3)
                         Case{"pad", 0, "backward", 5, 3},  // batch 4: no_sync, the wish waits for batch 5
                         Case{"pad", 0, "step", 2, 3},
                         Case{"join", 1, "backward", 8, 4},  // rank 0 joined after step 2
-                        Case{"join", 0, "step", 3, 4}}) {   // rank 0 signals while joined
-    const std::string what = c10::str(c.mode, ", rank ", c.signal_rank, " before backward/after step ", c.at);
+                        Case{"join", 0, "step", 3, 4},      // rank 0 signals while joined
+                        Case{"pad", 1, "backward", 6, 3, "bucket_view"},
+                        Case{"join", 0, "step", 3, 4, "bucket_view"},
+                        Case{"pad", 1, "backward", 6, 3, "find_unused"},
+                        Case{"join", 0, "step", 3, 4, "find_unused"}}) {
+    const std::string what =
+        c10::str(c.mode, " ", c.ddp, ", rank ", c.signal_rank, " before backward/after step ", c.at);
     lt::testing::WorkerOptions options;
     options.env = {{"LT_OUT", out_dir("one_rank_signal")}, {"LT_MODE", c.mode},
                    {"LT_SIGNAL_RANK", std::to_string(c.signal_rank)}, {"LT_WHEN", c.when},
-                   {"LT_AT", std::to_string(c.at)}, {"LT_EXPECT", std::to_string(c.expect)}};
+                   {"LT_AT", std::to_string(c.at)}, {"LT_EXPECT", std::to_string(c.expect)},
+                   {"LT_DDP", c.ddp}};
     auto r = run_workers("OneRankSignal", 2, options);
     EXPECT_TRUE(r.ok()) << what << ": " << r.summary();
     if (r.ok()) {
