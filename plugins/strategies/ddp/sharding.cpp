@@ -58,7 +58,7 @@ void balance_training_loader(DataLoader& loader, UnevenInputs uneven_inputs, Str
   } else if (uneven_inputs == UnevenInputs::kPad) {
     // Whole loaders are evened out, so that a fraction limit_train_batches
     // takes the same share of each.
-    const int64_t longest = strategy.all_gather(torch::tensor({loader.size()}, torch::kLong)).max().item<int64_t>();
+    const int64_t longest = count_range(strategy, loader.size()).second;
     LT_CHECK_VALUE(loader.size() == longest || !loader.is_stream(), "uneven_inputs: pad: this rank's training stream ",
                    "has ", loader.size(), " batches and the longest rank's ", longest, ", and a stream's samples ",
                    "cannot be repeated; use uneven_inputs: join");
