@@ -40,7 +40,8 @@ enum class UnevenInputs {
 // the loader has a custom sampler, which is kept.
 bool shard_dataloader(DataLoader& loader, Stage stage, UnevenInputs uneven_inputs, int64_t rank, int64_t world_size);
 
-// Before training (collectives: one allgather): kError throws lt::ValueError
+// Before training (collectives: one allreduce; kError adds an allgather when
+// the counts differ): kError throws lt::ValueError
 // naming each rank's batch count (after limit_train_batches) when they
 // differ; kPad gives a loader with fewer batches than the longest rank's a
 // PaddedSampler up to that count; kJoin does nothing.
