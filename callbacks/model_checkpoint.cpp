@@ -11,7 +11,7 @@
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/files.h>
 #include <lightning_cpp/core/rank_zero.h>
-#include <lightning_cpp/trainer/checkpoint.h>
+#include <lightning_cpp/core/checkpoint_io.h>
 #include <lightning_cpp/trainer/trainer.h>
 
 namespace lt {

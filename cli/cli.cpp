@@ -19,8 +19,9 @@
 #include <lightning_cpp/loops/fit_loop.h>
 #include <lightning_cpp/plugins/environments/cluster_environment.h>
 #include <lightning_cpp/plugins/launchers/error_file.h>
-#include <lightning_cpp/plugins/strategies/ddp/join_compatibility.h>
-#include <lightning_cpp/trainer/checkpoint.h>
+#include <lightning_cpp/plugins/strategies/registration.h>
+#include <lightning_cpp/plugins/join/join_compatibility.h>
+#include <lightning_cpp/core/checkpoint_io.h>
 #include <lightning_cpp/trainer/trainer.h>
 
 namespace lt::cli {
@@ -28,6 +29,10 @@ namespace lt::cli {
 namespace fs = std::filesystem;
 
 namespace {
+
+// trainer.<key> for each of these is an alias of the ddp strategy's init_args.<key>.
+constexpr const char* kStrategyAliases[] = {"uneven_inputs", "join_enable", "join_throw_on_early_termination",
+                                            "join_divide_by_initial_world_size"};
 
 const std::vector<std::string> kTopLevelKeys = {"seed_everything", "trainer", "model",    "data",      "callbacks",
                                                 "logger",          "strategy", "fit_loop", "ckpt_path", "plugins"};
@@ -274,8 +279,8 @@ const ArgSchema& trainer_schema() {
       if (v.is_count()) return v.count();
       return v.fraction();
     };
-    return ArgSchema()
-        .add_int("max_epochs", d.max_epochs(), "-1 with max_steps -1: 1000 epochs")
+    ArgSchema schema;
+    schema.add_int("max_epochs", d.max_epochs(), "-1 with max_steps -1: 1000 epochs")
         .add_int("max_steps", d.max_steps(), "optimizer steps; -1: unlimited")
         .add_int("accumulate_grad_batches", d.accumulate_grad_batches(), "micro-batches per optimizer step")
         .add_float("gradient_clip_val", d.gradient_clip_val(), "0: no clipping")
@@ -296,14 +301,6 @@ const ArgSchema& trainer_schema() {
         .add_string("accelerator", d.accelerator(), "device type", {"cpu", "cuda", "auto"})
         .add_int("devices", d.devices(), "devices (processes) per node")
         .add_int("num_nodes", d.num_nodes(), "nodes")
-        // Aliases of the ddp strategy's init_args (see lift_strategy_aliases).
-        .add_string("uneven_inputs", std::nullopt, "alias of strategy ddp's init_args.uneven_inputs",
-                    {"join", "pad", "error"})
-        .add_bool("join_enable", std::nullopt, "alias of strategy ddp's init_args.join_enable")
-        .add_bool("join_throw_on_early_termination", std::nullopt,
-                  "alias of strategy ddp's init_args.join_throw_on_early_termination")
-        .add_bool("join_divide_by_initial_world_size", std::nullopt,
-                  "alias of strategy ddp's init_args.join_divide_by_initial_world_size")
         .add_string("on_nonfinite", "error", "NaN/inf loss or gradient", {"error", "skip_step", "ignore"})
         .add_string("profiler", std::nullopt, "time the loops and hooks (null: none)", {"simple", "pytorch", "torch"})
         .add_bool("handle_signals", d.handle_signals(), "SIGINT/SIGTERM: stop at the next step, write interrupted.ckpt")
@@ -314,6 +311,15 @@ const ArgSchema& trainer_schema() {
                   "ddp: shard each loader by rank (false: loaders as given, e.g. per-rank data)")
         .add_bool("enable_checkpointing", true,
                   "add a ModelCheckpoint if none is configured (fit saves with it; ckpt_path best/last finds with it)");
+    // Aliases of the ddp strategy's init_args (see lift_strategy_aliases): its rows, null unless given.
+    for (const char* key : kStrategyAliases) {
+      ArgSpec alias = *ddp_strategy_schema().find(key);
+      alias.default_value = std::monostate{};
+      alias.nullable = true;
+      alias.doc = c10::str("alias of strategy ddp's init_args.", key);
+      schema.add(std::move(alias));
+    }
+    return schema;
   }();
   return schema;
 }
@@ -409,8 +415,7 @@ void lift_strategy_aliases(ConfigNode& out, const ConfigNode* strategy_given) {
       strategy_given != nullptr && strategy_given->is_map() ? strategy_given->find("init_args") : nullptr;
   ConfigNode* trainer = out.find("trainer");
   ConfigNode* init_args = out.find("strategy")->find("init_args");
-  for (const char* key :
-       {"uneven_inputs", "join_enable", "join_throw_on_early_termination", "join_divide_by_initial_world_size"}) {
+  for (const char* key : kStrategyAliases) {
     ConfigNode* alias = trainer->find(key);
     if (alias == nullptr || alias->is_null()) continue;
     ConfigNode* target = init_args != nullptr ? init_args->find(key) : nullptr;
@@ -517,14 +522,9 @@ ConfigNode resolve_config(const ConfigNode& config, const Registry& registry, co
   const ConfigNode* strategy = root.find("strategy");
   if (strategy == nullptr || strategy->is_null() || (strategy->is_scalar() && strategy->value == "auto")) {
     const ConfigNode& t = *out.find("trainer");
-    const bool spawned = std::stoll(t.find("devices")->value) * std::stoll(t.find("num_nodes")->value) > 1;
-    const int64_t started = external_world_size();
-    if (!spawned && started > 1 && (strategy == nullptr || strategy->is_null())) {
-      rank_zero_info("lightning-cpp: no strategy given and the environment has ", started,
-                     " ranks: training with strategy ddp");
-    }
-    const bool many = spawned || started > 1;
-    ConfigNode name = ConfigNode::scalar(many ? "ddp" : "single_device", strategy ? strategy->source : t.source);
+    const std::string picked = resolve_strategy_name("auto", std::stoll(t.find("devices")->value),
+                                                     std::stoll(t.find("num_nodes")->value));
+    ConfigNode name = ConfigNode::scalar(picked, strategy ? strategy->source : t.source);
     out.set("strategy", resolve_class<Strategy>(name, "strategy", registry));
   } else {
     out.set("strategy", resolve_class<Strategy>(*strategy, "strategy", registry));

@@ -1,4 +1,4 @@
-# What the DDP strategy (plugins/strategies/ddp*, distributed_data_parallel*)
+# What the DDP strategy (plugins/distributed, plugins/strategies/ddp)
 # needs from the LibTorch it is built against. Included once, after the
 # lightning_cpp target is defined.
 
@@ -33,7 +33,7 @@ endif()
 message(STATUS "lightning-cpp: NCCL backend ${LT_WITH_NCCL}")
 if(LT_WITH_NCCL)
   # Only the strategy's sources see it, so the shared torch PCH stays valid.
-  set_source_files_properties(${PROJECT_SOURCE_DIR}/plugins/strategies/ddp/process_group.cpp
+  set_source_files_properties(${PROJECT_SOURCE_DIR}/plugins/distributed/process_group.cpp
     PROPERTIES COMPILE_DEFINITIONS "LT_WITH_NCCL=1;USE_C10D_NCCL")
   target_include_directories(lightning_cpp PRIVATE ${LT_NCCL_INCLUDE_DIR})
 endif()

@@ -63,7 +63,7 @@ class ResultCollection {
 
   void log(const std::string& name, const torch::Tensor& value, const LogOptions& options);
 
-  // Deferred reduction (Join, plugins/strategies/ddp/joinable_logging.h): while a sink
+  // Deferred reduction (Join, plugins/join/joinable_logging.h): while a sink
   // is set, log(sync_dist=true) records nothing and hands the local value to
   // the sink; record_synced() records the reduced value once it is known.
   struct PendingSync {

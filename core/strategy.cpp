@@ -1,7 +1,9 @@
 #include <lightning_cpp/core/strategy.h>
 
-#include <lightning_cpp/core/check.h>
+#include <cmath>
 
+#include <lightning_cpp/core/check.h>
+#include <lightning_cpp/core/checkpoint_io.h>
 #include <lightning_cpp/core/lightning_module.h>
 
 namespace lt {
@@ -37,6 +39,63 @@ torch::Tensor zero_loss(const torch::nn::Module& module, torch::Device device) {
     if (p.requires_grad()) zero = zero + (p * 0).sum();
   }
   return zero;
+}
+
+OptimizerConfig Strategy::setup_optimizers(LightningModule& module) {
+  OptimizerConfig config = module.configure_optimizers();
+  if (!config.optimizer && !config.optimizers.empty()) config.optimizer = config.optimizers.front();
+  if (config.optimizers.empty() && config.optimizer) config.optimizers = {config.optimizer};
+  LT_CHECK(config.optimizer != nullptr, "configure_optimizers() returned no optimizer");
+  for (size_t i = 0; i < config.optimizers.size(); ++i) {
+    LT_CHECK_VALUE(config.optimizers[i] != nullptr, "configure_optimizers(): optimizer ", i, " is null");
+  }
+  LT_CHECK_VALUE(config.optimizers.size() == 1 || !module.automatic_optimization(), "configure_optimizers() ",
+                 "returned ", config.optimizers.size(), " optimizers: training with several optimizers needs manual ",
+                 "optimization (set_automatic_optimization(false), then optimizer(i) in training_step), as Lightning");
+  config.frequency = std::max<int64_t>(config.frequency, 1);
+  return config;
+}
+
+c10::Dict<std::string, torch::Tensor> Strategy::module_state(LightningModule& module) {
+  return module_state_dict(module);
+}
+
+void Strategy::load_module_state(LightningModule& module, const c10::Dict<std::string, torch::Tensor>& state) {
+  load_module_state_dict(module, state);
+}
+
+torch::Tensor Strategy::optimizer_state(torch::optim::Optimizer& optimizer) { return optimizer_to_bytes(optimizer); }
+
+void Strategy::load_optimizer_state(torch::optim::Optimizer& optimizer, const torch::Tensor& state) {
+  optimizer_from_bytes(optimizer, state);
+}
+
+void Strategy::clip_gradients(torch::optim::Optimizer& optimizer, double clip_val, GradientClipAlgorithm algorithm) {
+  if (clip_val <= 0.0) return;
+  std::vector<torch::Tensor> params;
+  for (auto& group : optimizer.param_groups()) {
+    for (auto& p : group.params()) {
+      if (p.grad().defined()) params.push_back(p);
+    }
+  }
+  if (algorithm == GradientClipAlgorithm::kNorm) {
+    torch::nn::utils::clip_grad_norm_(params, clip_val);
+  } else {
+    torch::nn::utils::clip_grad_value_(params, clip_val);
+  }
+}
+
+bool Strategy::all_finite(const std::vector<torch::Tensor>& tensors) {
+  // A sum is finite when all its terms are: a NaN or an infinity makes it
+  // NaN or infinite (a finite sum that overflows is a false alarm).
+  std::vector<torch::Tensor> sums;
+  for (const auto& t : tensors) sums.push_back((t.numel() == 1 ? t.reshape({}) : t.sum()).to(torch::kFloat));
+  return sums.empty() || std::isfinite(torch::stack(sums).sum().item<float>());
+}
+
+void Strategy::save_checkpoint(const c10::IValue& checkpoint, const std::string& path) {
+  if (is_global_zero()) atomic_pickle_save(checkpoint, path);
+  barrier("save_checkpoint");
 }
 
 torch::Tensor Strategy::reduce(const torch::Tensor& tensor, ReduceOp /*op*/) { return tensor; }

@@ -14,14 +14,15 @@
 #include <torch/torch.h>
 
 #include <lightning_cpp/core/join_support.h>
+#include <lightning_cpp/core/lightning_module.h>
 #include <lightning_cpp/core/precision.h>
+#include <lightning_cpp/core/trainer_options.h>
 #include <lightning_cpp/core/types.h>
 
 namespace lt {
 
-class LightningModule;
-struct TrainerOptions;
 class Callback;
+struct RunState;
 class DataLoader;
 
 // One training epoch as a rank sees it.
@@ -61,7 +62,7 @@ class BatchGuard {
 // Iterations [0, num_batches) are real micro-batches; iterations
 // [num_batches, num_iterations()) are zero-loss micro-batches a strategy may
 // ask for so that this rank completes its last accumulation window together
-// with the other ranks (see plugins/strategies/ddp/epoch_contexts.h).
+// with the other ranks (see plugins/join/epoch_context.h).
 class TrainingEpochContext {
  public:
   explicit TrainingEpochContext(EpochPlan plan) : plan_(plan) {}
@@ -110,6 +111,9 @@ class Strategy {
   // -- lifecycle ---------------------------------------------------------------
   // First thing in fit/validate/test/predict: process groups, launching workers.
   virtual void setup_environment(const TrainerOptions& /*options*/) {}
+  // The start of each run (fit/validate/test/predict), after
+  // setup_environment, before any of the run's collectives; teardown() ends it.
+  virtual void on_run_start(const RunState& /*state*/) {}
   // Moves the module to root_device() and wraps it (DDP).
   virtual void setup(LightningModule& module);
   virtual void teardown() {}
@@ -140,6 +144,30 @@ class Strategy {
   virtual void optimizer_step(torch::optim::Optimizer& optimizer);
   virtual std::unique_ptr<TrainingEpochContext> training_epoch_context(LightningModule& module,
                                                                        const EpochPlan& plan);
+
+  // -- state that stays true where a rank holds only a part of it --------------
+  // Every rank calls each of these at the same point; a sharding strategy's
+  // are collectives. The defaults are a rank that holds everything.
+  // The module's optimizers and schedulers for this run (Lightning's
+  // setup_optimizers): configure_optimizers(), normalized and checked. A
+  // sharding strategy wraps the optimizers around its shards here.
+  virtual OptimizerConfig setup_optimizers(LightningModule& module);
+  // The module's whole state as a checkpoint holds it (consolidated where sharded).
+  virtual c10::Dict<std::string, torch::Tensor> module_state(LightningModule& module);
+  virtual void load_module_state(LightningModule& module, const c10::Dict<std::string, torch::Tensor>& state);
+  // An optimizer's whole state, serialized (consolidated where sharded).
+  virtual torch::Tensor optimizer_state(torch::optim::Optimizer& optimizer);
+  virtual void load_optimizer_state(torch::optim::Optimizer& optimizer, const torch::Tensor& state);
+  // Clips the gradients of the optimizer's parameters: by their global norm
+  // (over every rank's part) or by value. clip_val <= 0: nothing.
+  virtual void clip_gradients(torch::optim::Optimizer& optimizer, double clip_val, GradientClipAlgorithm algorithm);
+  // Whether every tensor is finite (NaN and infinities), decided alike on
+  // every rank: where ranks hold different gradients or losses, all ranks
+  // learn whether any found one.
+  virtual bool all_finite(const std::vector<torch::Tensor>& tensors);
+  // Writes the checkpoint every rank dumped (which rank writes what: here
+  // global rank 0 writes the whole file), then every rank waits for it.
+  virtual void save_checkpoint(const c10::IValue& checkpoint, const std::string& path);
 
   // -- collectives (identity in one process) -------------------------------------
   virtual torch::Tensor reduce(const torch::Tensor& tensor, ReduceOp op = ReduceOp::kMean);

@@ -3,6 +3,7 @@
 // options struct, e.g. lt::TrainerOptions().max_epochs(10).accumulate_grad_batches(4).
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -73,8 +74,24 @@ struct TrainerOptions {
   TORCH_ARG(bool, default_logger) = true;
   // Lightning's profiler: lt::SimpleProfiler, lt::TorchProfiler (core/profiler.h); null: none.
   TORCH_ARG(std::shared_ptr<Profiler>, profiler) = nullptr;
-  // nullptr: single device ("cpu", or "cuda:0" with accelerator "cuda").
+  // The strategy, as an object. Unset: the strategy named below.
   TORCH_ARG(std::shared_ptr<Strategy>, strategy) = nullptr;
+ public:
+  // Or by its registered name, with its default init args:
+  //   lt::TrainerOptions().devices(2).strategy("ddp")
+  // "auto" (the default): ddp when devices * num_nodes > 1 or the ranks were
+  // started by torchrun, srun or mpirun, else single_device (plugins/strategies/registration.h).
+  TrainerOptions& strategy(const char* name) {
+    strategy_name_ = name != nullptr ? name : "auto";
+    return *this;
+  }
+  TrainerOptions& strategy(const std::string& name) { return strategy(name.c_str()); }
+  TrainerOptions& strategy(std::nullptr_t) {
+    strategy_ = nullptr;
+    strategy_name_ = "auto";
+    return *this;
+  }
+  const std::string& strategy_name() const { return strategy_name_; }
   TORCH_ARG(std::string, accelerator) = "cpu";
   TORCH_ARG(int64_t, devices) = 1;
   TORCH_ARG(int64_t, num_nodes) = 1;
@@ -102,6 +119,9 @@ struct TrainerOptions {
   c10::DeviceType device_type() const;
   // max_epochs after Lightning's defaulting (-1 and no max_steps: 1000).
   int64_t resolved_max_epochs() const { return max_epochs() == -1 && max_steps() == -1 ? 1000 : max_epochs(); }
+
+ private:
+  std::string strategy_name_ = "auto";
 };
 
 }  // namespace lt

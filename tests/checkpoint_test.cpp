@@ -21,7 +21,7 @@
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/rank_zero.h>
 #include <lightning_cpp/loggers/csv.h>
-#include <lightning_cpp/trainer/checkpoint.h>
+#include <lightning_cpp/core/checkpoint_io.h>
 #include <lightning_cpp/trainer/trainer.h>
 
 #include "support/multiprocess.h"

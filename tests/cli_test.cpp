@@ -17,7 +17,7 @@
 #include <lightning_cpp/cli/register_builtins.h>
 #include <lightning_cpp/core/registry.h>
 #include <lightning_cpp/data/fashion_mnist.h>
-#include <lightning_cpp/trainer/checkpoint.h>
+#include <lightning_cpp/core/checkpoint_io.h>
 #include <lightning_cpp/trainer/trainer.h>
 
 #include "fashion_mnist/fashion_mnist.h"

@@ -16,7 +16,7 @@
 #include <lightning_cpp/cli/register_builtins.h>
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/registry.h>
-#include <lightning_cpp/trainer/checkpoint.h>
+#include <lightning_cpp/core/checkpoint_io.h>
 
 #include "fashion_mnist/registration.h"
 

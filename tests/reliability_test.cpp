@@ -23,8 +23,8 @@
 #include <lightning_cpp/callbacks/lambda_callback.h>
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/signals.h>
-#include <lightning_cpp/plugins/strategies/ddp.h>
-#include <lightning_cpp/trainer/checkpoint.h>
+#include <lightning_cpp/plugins/strategies/ddp/ddp.h>
+#include <lightning_cpp/core/checkpoint_io.h>
 #include <lightning_cpp/trainer/trainer.h>
 
 #include "support/multiprocess.h"
@@ -336,6 +336,94 @@ LT_TEST_WORKER(FaultyDdpRun) {
   return 0;
 }
 
+// A DDP strategy whose rank 1 fails at its N-th step before training
+// (LT_FAIL_AT=N): each collective the run issues before on_fit_start (the
+// DataModule's prepare_data barrier, the log folder's agreement, the loaders'
+// balancing, the Join check) and the gradient sync's set-up (the parameters'
+// broadcast) is one step. LT_FAIL_AT=0 fails nowhere and prints the count.
+class FailingDDP : public lt::DDPStrategy {
+ public:
+  FailingDDP(lt::DDPStrategyOptions options, int64_t fail_at) : DDPStrategy(options), fail_at_(fail_at) {}
+  torch::Tensor reduce(const torch::Tensor& t, lt::ReduceOp op) override {
+    step("reduce");
+    return DDPStrategy::reduce(t, op);
+  }
+  torch::Tensor all_gather(const torch::Tensor& t) override {
+    step("all_gather");
+    return DDPStrategy::all_gather(t);
+  }
+  std::vector<std::string> all_gather_bytes(const std::string& bytes) override {
+    step("all_gather_bytes");
+    return DDPStrategy::all_gather_bytes(bytes);
+  }
+  torch::Tensor broadcast(const torch::Tensor& t, int64_t src) override {
+    step("broadcast");
+    return DDPStrategy::broadcast(t, src);
+  }
+  void barrier(const std::string& name) override {
+    step(("barrier " + name).c_str());
+    DDPStrategy::barrier(name);
+  }
+  bool reduce_boolean_decision(bool decision, bool all) override {
+    step("reduce_boolean_decision");
+    return DDPStrategy::reduce_boolean_decision(decision, all);
+  }
+  int64_t steps = 0;
+  bool armed = true;  // until on_fit_start
+
+ protected:
+  std::unique_ptr<lt::GradientSync> make_gradient_sync(std::shared_ptr<torch::nn::Module> module,
+                                                       const c10::intrusive_ptr<c10d::ProcessGroup>& group,
+                                                       std::function<bool()> stop_wish) override {
+    step("gradient sync set-up");
+    return DDPStrategy::make_gradient_sync(std::move(module), group, std::move(stop_wish));
+  }
+
+ private:
+  void step(const char* what) {
+    if (!armed) return;
+    ++steps;
+    if (global_rank() == 1 && steps == fail_at_) {
+      throw lt::Error(c10::str("injected failure in ", what, " (pre-run step ", steps, ")"));
+    }
+  }
+  int64_t fail_at_;
+};
+
+LT_TEST_WORKER(PreRunFailure) {
+  struct Data : lt::DataModule {
+    void prepare_data() override {}
+    std::shared_ptr<lt::DataLoader> train_dataloader() override {
+      return std::make_shared<lt::DataLoader>(
+          std::make_shared<lt::TensorDataset>(torch::randn({16, 2}), torch::randn({16, 1})), lt::DataLoaderOptions(4));
+    }
+  };
+  auto strategy = std::make_shared<FailingDDP>(lt::DDPStrategyOptions().process_group_timeout(std::chrono::seconds(5)),
+                                               lt::testing::env_int("LT_FAIL_AT"));
+  auto started = std::make_shared<lt::LambdaCallback>();
+  started->on_fit_start_fn = [strategy](lt::Trainer&, lt::LightningModule&) {
+    strategy->armed = false;
+    std::printf("pre-run steps: %lld\n", static_cast<long long>(strategy->steps));
+  };
+  auto model = std::make_shared<Tiny>();
+  lt::Trainer trainer(lt::TrainerOptions()
+                          .strategy(strategy)
+                          .devices(2)
+                          .max_epochs(1)
+                          .enable_progress_bar(false)
+                          .callbacks({started})
+                          .default_root_dir(lt::testing::env_str("LT_DIR")));
+  try {
+    trainer.fit(model, std::make_shared<Data>());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fit failed: %s\n", e.what());
+    std::printf("module detached: %s\n",
+                trainer.module() == nullptr && model->runtime().state == nullptr ? "yes" : "no");
+    return 1;
+  }
+  return 0;
+}
+
 lt::testing::WorkersResult run_faulty(const std::string& scenario, const std::string& dir) {
   lt::testing::WorkerOptions options;
   options.timeout = std::chrono::seconds(60);
@@ -344,6 +432,41 @@ lt::testing::WorkersResult run_faulty(const std::string& scenario, const std::st
 }
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// The run's lifecycle: every collective before training is inside its error
+// path. Rank 1 fails at each of them in turn; every time rank 1 keeps its own
+// error, rank 0 reports it once (naming rank 1), both end, and the module
+// is detached on each rank that returned.
+TEST(Watchdog, AFailureInEachPreRunCollectiveIsReportedOnEveryRank) {
+  TempDir dir;
+  lt::testing::WorkerOptions options;
+  options.timeout = std::chrono::seconds(60);
+  options.env = {{"LT_FAIL_AT", "0"}, {"LT_DIR", dir.path.string()}};
+  auto clean = lt::testing::run_workers("PreRunFailure", 2, options);
+  ASSERT_TRUE(clean.ok()) << clean.summary();
+  const auto at = clean.outputs[0].find("pre-run steps: ");
+  ASSERT_NE(at, std::string::npos) << clean.outputs[0];
+  const int steps = std::stoi(clean.outputs[0].substr(at + 15));
+  ASSERT_GE(steps, 5) << "prepare_data barrier, log folder, gradient sync set-up, balancing, Join check";
+  for (int n = 1; n <= steps; ++n) {
+    options.env["LT_FAIL_AT"] = std::to_string(n);
+    auto r = lt::testing::run_workers("PreRunFailure", 2, options);
+    EXPECT_EQ(r.exits[1].exit_code, 1) << "step " << n << "\n" << r.summary();
+    EXPECT_TRUE(contains(r.outputs[1], "fit failed: injected failure in ")) << "step " << n << "\n" << r.outputs[1];
+    EXPECT_TRUE(contains(r.outputs[1], "module detached: yes")) << "step " << n << "\n" << r.outputs[1];
+    EXPECT_EQ(r.exits[0].exit_code, 1) << "step " << n << "\n" << r.summary();
+    const std::string& out0 = r.outputs[0];
+    size_t reports = 0;
+    for (size_t p = out0.find("cause: rank 1 failed"); p != std::string::npos;
+         p = out0.find("cause: rank 1 failed", p + 1)) {
+      ++reports;
+    }
+    EXPECT_EQ(reports, 1u) << "step " << n << "\n" << out0;
+    EXPECT_TRUE(contains(out0, "injected failure in ")) << "step " << n << "\n" << out0;
+    // Rank 0 either returned from fit (then detached) or was ended by its watchdog.
+    if (contains(out0, "fit failed: ")) EXPECT_TRUE(contains(out0, "module detached: yes")) << out0;
+  }
+}
 
 TEST(Watchdog, AHungRankIsNamedByEveryRankAndAllExitNonZero) {
   TempDir dir;

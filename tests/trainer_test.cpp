@@ -22,7 +22,7 @@
 #include <lightning_cpp/core/rank_zero.h>
 #include <lightning_cpp/loggers/csv.h>
 #include <lightning_cpp/plugins/precision/precision.h>
-#include <lightning_cpp/trainer/checkpoint.h>
+#include <lightning_cpp/core/checkpoint_io.h>
 #include <lightning_cpp/trainer/trainer.h>
 
 #include "support/row_stream.h"

@@ -7,7 +7,7 @@
 #include <map>
 #include <string>
 
-#include <lightning_cpp/plugins/strategies/ddp/collective_watchdog.h>
+#include <lightning_cpp/plugins/distributed/collective_watchdog.h>
 
 namespace {
 

@@ -16,9 +16,8 @@
 #include <lightning_cpp/loggers/tensorboard.h>
 #include <lightning_cpp/plugins/environments/cluster_environment.h>
 #include <lightning_cpp/plugins/precision/precision.h>
-#include <lightning_cpp/plugins/strategies/ddp.h>
-#include <lightning_cpp/plugins/strategies/single_device.h>
-#include <lightning_cpp/trainer/checkpoint.h>
+#include <lightning_cpp/plugins/strategies/registration.h>
+#include <lightning_cpp/core/checkpoint_io.h>
 
 namespace lt {
 
@@ -58,18 +57,7 @@ Trainer::Trainer(TrainerOptions options)
   if (!options_.logger() && options_.default_logger()) {
     options_.logger(std::make_shared<TensorBoardLogger>(TensorBoardLoggerOptions(options_.default_root_dir())));
   }
-  strategy_ = options_.strategy();
-  if (!strategy_) {
-    if (const int64_t world_size = external_world_size(); world_size > 1) {
-      // Started as one of several ranks (torchrun, srun, mpirun): data-parallel, as Lightning picks.
-      rank_zero_info("lightning-cpp: no strategy given and the environment has ", world_size,
-                     " ranks: training with strategy ddp");
-      strategy_ = std::make_shared<DDPStrategy>();
-    } else {
-      strategy_ = std::make_shared<SingleDeviceStrategy>(
-          options_.device_type() == torch::kCUDA ? torch::Device("cuda:0") : torch::Device("cpu"));
-    }
-  }
+  strategy_ = options_.strategy() ? options_.strategy() : make_strategy(options_);
   if (const auto& plugin = options_.precision_plugin()) {
     LT_CHECK_VALUE(options_.precision() == "32-true" || options_.precision() == plugin->name(),
                    "trainer.precision '", options_.precision(), "' and a precision plugin (", plugin->name(),
@@ -220,8 +208,6 @@ std::shared_ptr<DataLoader> Trainer::prepare_loader(std::shared_ptr<DataLoader> 
 
 std::unique_ptr<Trainer::Run> Trainer::begin(const std::shared_ptr<LightningModule>& module, Stage stage,
                                              const std::string& ckpt_path) {
-  LT_CHECK(module != nullptr, "Trainer: the module is null");
-  strategy_->setup_environment(options_);
   // Resumed or evaluated from the earlier run's last or best checkpoint: its
   // logger folder is where they are (and where this run goes on logging).
   if (names_a_checkpoint(ckpt_path) && options_.logger()) options_.logger()->continue_previous();
@@ -272,91 +258,98 @@ void Trainer::end(Run& run) {
   state_.stage = Stage::kNone;
 }
 
-void Trainer::fit(const std::shared_ptr<LightningModule>& module, const std::shared_ptr<DataModule>& data,
-                  const std::string& ckpt_path) {
-  LT_CHECK(data != nullptr, "Trainer::fit: the data module is null");
-  // First the environment (a local-spawn parent ends here), then data
-  // preparation once per node, which the other ranks wait for.
+void Trainer::run_stage(const std::shared_ptr<LightningModule>& module, Stage stage, const std::string& ckpt_path,
+                        const std::function<RunData()>& data, const std::function<void(Run&, RunData&)>& body) {
+  LT_CHECK(module != nullptr, "Trainer: the module is null");
   strategy_->setup_environment(options_);
-  if (strategy_->local_rank() == 0) data->prepare_data();
-  strategy_->barrier("prepare_data");
-  data->setup(Stage::kTrain);
-  fit(module, data->train_dataloader(), data->val_dataloader(), ckpt_path, data->hparams());
-}
-
-void Trainer::fit(const std::shared_ptr<LightningModule>& module, std::shared_ptr<DataLoader> train,
-                  std::shared_ptr<DataLoader> val, const std::string& ckpt_path) {
-  fit(module, std::move(train), std::move(val), ckpt_path, {});
-}
-
-void Trainer::fit(const std::shared_ptr<LightningModule>& module, std::shared_ptr<DataLoader> train,
-                  std::shared_ptr<DataLoader> val, const std::string& ckpt_path, const HParams& data_hparams) {
-  LT_CHECK(train != nullptr, "Trainer::fit: no training data (train_dataloader() returned null)");
-  // On every rank, before anything runs: a clash is everyone's error, not only the logging rank's.
-  const HParams hparams = merged_hparams(module->hparams(), data_hparams);
-  // A worker torchrun restarted after a failure (--max_restarts) resumes from the newest checkpoint.
-  const bool restarted = ckpt_path.empty() && env::get_int("TORCHELASTIC_RESTART_COUNT").value_or(0) > 0;
-  auto run = begin(module, Stage::kTrain, restarted ? "last" : ckpt_path);
-  LoopContext& ctx = run->ctx;
-  prepare_loader(train, Stage::kTrain);
-  prepare_loader(val, Stage::kValidate);
-  optim_ = module->configure_optimizers();
-  if (!optim_.optimizer && !optim_.optimizers.empty()) optim_.optimizer = optim_.optimizers.front();
-  if (optim_.optimizers.empty() && optim_.optimizer) optim_.optimizers = {optim_.optimizer};
-  LT_CHECK(optim_.optimizer != nullptr, "configure_optimizers() returned no optimizer");
-  for (size_t i = 0; i < optim_.optimizers.size(); ++i) {
-    LT_CHECK_VALUE(optim_.optimizers[i] != nullptr, "configure_optimizers(): optimizer ", i, " is null");
-  }
-  LT_CHECK_VALUE(optim_.optimizers.size() == 1 || !module->automatic_optimization(), "configure_optimizers() ",
-                 "returned ", optim_.optimizers.size(), " optimizers: training with several optimizers needs manual ",
-                 "optimization (set_automatic_optimization(false), then optimizer(i) in training_step), as Lightning");
-  optim_.frequency = std::max<int64_t>(optim_.frequency, 1);
-
-  FeatureSet features;
-  features.options = &options_;
-  features.module = module.get();
-  for (const auto& cb : run->hooks.callbacks()) features.callbacks.push_back(cb.get());
-  features.has_validation = val != nullptr && module->has_validation_step();
-  features.scheduler_per_step = optim_.lr_scheduler != nullptr && optim_.interval == Interval::kStep;
-  features.train_batches =
-      train->size() == DataLoader::kUnknownSize ? -1 : options_.limit_train_batches().apply(train->size());
-  strategy_->check_features(features);
-
-  std::optional<SignalGuard> signals;
-  if (options_.handle_signals()) signals.emplace();
+  strategy_->on_run_start(state_);  // from here a failure on one rank is reported on every rank
+  std::unique_ptr<Run> run;
   try {
-    run->hooks.call(&Callback::on_fit_start);
-    module->on_fit_start();
-    const std::string resume_from = resolve_ckpt_path(ckpt_path, *run, restarted);
-    if (!resume_from.empty()) restore_checkpoint(resume_from);
-    if (ctx.logger != nullptr) ctx.logger->log_hyperparams(hparams);
-    fit_loop_->run(ctx, *train, val.get());
-    run->hooks.call(&Callback::on_fit_end);
-    module->on_fit_end();
-    strategy_->on_train_end();
+    RunData run_data = data();
+    run = begin(module, stage, ckpt_path);
+    body(*run, run_data);
   } catch (const std::exception& caught) {
-    fail(*run, caught);
+    fail(run.get(), caught);
   }
   end(*run);
 }
 
-void Trainer::fail(Run& run, const std::exception& caught) {
+void Trainer::fit(const std::shared_ptr<LightningModule>& module, const std::shared_ptr<DataModule>& data,
+                  const std::string& ckpt_path) {
+  LT_CHECK(data != nullptr, "Trainer::fit: the data module is null");
+  fit_stage(module, [this, data] {
+    // Data preparation once per node, which the other ranks wait for.
+    if (strategy_->local_rank() == 0) data->prepare_data();
+    strategy_->barrier("prepare_data");
+    data->setup(Stage::kTrain);
+    return RunData{data->train_dataloader(), data->val_dataloader(), data->hparams()};
+  }, ckpt_path);
+}
+
+void Trainer::fit(const std::shared_ptr<LightningModule>& module, std::shared_ptr<DataLoader> train,
+                  std::shared_ptr<DataLoader> val, const std::string& ckpt_path) {
+  fit_stage(module, [&] { return RunData{train, val, {}}; }, ckpt_path);
+}
+
+void Trainer::fit_stage(const std::shared_ptr<LightningModule>& module, const std::function<RunData()>& data,
+                        const std::string& ckpt_path) {
+  LT_CHECK(module != nullptr, "Trainer: the module is null");
+  // A worker torchrun restarted after a failure (--max_restarts) resumes from the newest checkpoint.
+  const bool restarted = ckpt_path.empty() && env::get_int("TORCHELASTIC_RESTART_COUNT").value_or(0) > 0;
+  std::optional<SignalGuard> signals;  // outlives the run's failure path (an interrupted checkpoint)
+  run_stage(module, Stage::kTrain, restarted ? "last" : ckpt_path, data, [&](Run& run, RunData& run_data) {
+    std::shared_ptr<DataLoader>& train = run_data.loader;
+    std::shared_ptr<DataLoader>& val = run_data.val;
+    LT_CHECK(train != nullptr, "Trainer::fit: no training data (train_dataloader() returned null)");
+    // On every rank, before anything runs: a clash is everyone's error, not only the logging rank's.
+    const HParams hparams = merged_hparams(module->hparams(), run_data.hparams);
+    LoopContext& ctx = run.ctx;
+    prepare_loader(train, Stage::kTrain);
+    prepare_loader(val, Stage::kValidate);
+    optim_ = strategy_->setup_optimizers(*module);
+
+    FeatureSet features;
+    features.options = &options_;
+    features.module = module.get();
+    for (const auto& cb : run.hooks.callbacks()) features.callbacks.push_back(cb.get());
+    features.has_validation = val != nullptr && module->has_validation_step();
+    features.scheduler_per_step = optim_.lr_scheduler != nullptr && optim_.interval == Interval::kStep;
+    features.train_batches =
+        train->size() == DataLoader::kUnknownSize ? -1 : options_.limit_train_batches().apply(train->size());
+    strategy_->check_features(features);
+
+    if (options_.handle_signals()) signals.emplace();
+    run.hooks.call(&Callback::on_fit_start);
+    module->on_fit_start();
+    const std::string resume_from = resolve_ckpt_path(ckpt_path, run, restarted);
+    if (!resume_from.empty()) restore_checkpoint(resume_from);
+    if (ctx.logger != nullptr) ctx.logger->log_hyperparams(hparams);
+    fit_loop_->run(ctx, *train, val.get());
+    run.hooks.call(&Callback::on_fit_end);
+    module->on_fit_end();
+    strategy_->on_train_end();
+  });
+}
+
+void Trainer::fail(Run* run, const std::exception& caught) {
   // The strategy may replace a collective's failure with a report of every rank's part.
   try {
     std::rethrow_exception(strategy_->on_exception(caught));
   } catch (const std::exception& e) {
-    run.hooks.call(&Callback::on_exception, e);
-    const bool interrupted = dynamic_cast<const Interrupted*>(&e) != nullptr;
-    if (interrupted && run.stage == Stage::kTrain && options_.fast_dev_run() == 0) {
-      // Every rank left the loop at the same step boundary, so the
-      // checkpoint's collectives (barrier) are safe here.
-      std::filesystem::create_directories(options_.default_root_dir());
-      save_checkpoint((std::filesystem::path(options_.default_root_dir()) / "interrupted.ckpt").string());
+    if (run != nullptr) {
+      run->hooks.call(&Callback::on_exception, e);
+      const bool interrupted = dynamic_cast<const Interrupted*>(&e) != nullptr;
+      if (interrupted && run->stage == Stage::kTrain && options_.fast_dev_run() == 0) {
+        // Every rank left the loop at the same step boundary, so the
+        // checkpoint's collectives (barrier) are safe here.
+        std::filesystem::create_directories(options_.default_root_dir());
+        save_checkpoint((std::filesystem::path(options_.default_root_dir()) / "interrupted.ckpt").string());
+      }
+      if (run->ctx.logger != nullptr) run->ctx.logger->finalize(interrupted ? "interrupted" : "failed");
+      if (run->ctx.profiler != nullptr) run->ctx.profiler->teardown(run->stage);  // what ran until the failure
     }
-    if (run.ctx.logger != nullptr) run.ctx.logger->finalize(interrupted ? "interrupted" : "failed");
-    if (run.ctx.profiler != nullptr) run.ctx.profiler->teardown(run.stage);  // what ran until the failure
     strategy_->teardown();
-    module_->detach();
+    if (module_ != nullptr) module_->detach();
     module_ = nullptr;
     state_.stage = Stage::kNone;
     throw;
@@ -364,23 +357,20 @@ void Trainer::fail(Run& run, const std::exception& caught) {
 }
 
 std::map<std::string, double> Trainer::evaluate(const std::shared_ptr<LightningModule>& module,
-                                                std::shared_ptr<DataLoader> loader, Stage stage,
+                                                const std::function<RunData()>& data, Stage stage,
                                                 const std::string& ckpt_path) {
-  LT_CHECK(loader != nullptr, "Trainer::", stage_name(stage), ": no data (the ", stage_name(stage),
-           " dataloader is null)");
-  auto run = begin(module, stage, ckpt_path);
-  prepare_loader(loader, stage);
-  const bool test = stage == Stage::kTest;
-  const FractionOrCount& limit = test ? options_.limit_test_batches() : options_.limit_val_batches();
   std::map<std::string, double> metrics;
-  try {
-    if (const std::string path = resolve_ckpt_path(ckpt_path, *run); !path.empty()) load_weights(*module, path);
-    metrics = evaluation_loop_->run(run->ctx, *loader, stage,
+  run_stage(module, stage, ckpt_path, data, [&](Run& run, RunData& run_data) {
+    std::shared_ptr<DataLoader>& loader = run_data.loader;
+    LT_CHECK(loader != nullptr, "Trainer::", stage_name(stage), ": no data (the ", stage_name(stage),
+             " dataloader is null)");
+    prepare_loader(loader, stage);
+    const bool test = stage == Stage::kTest;
+    const FractionOrCount& limit = test ? options_.limit_test_batches() : options_.limit_val_batches();
+    if (const std::string path = resolve_ckpt_path(ckpt_path, run); !path.empty()) load_weights(*module, path);
+    metrics = evaluation_loop_->run(run.ctx, *loader, stage,
                                     loader->limited_size(limit, test ? "limit_test_batches" : "limit_val_batches"));
-  } catch (const std::exception& caught) {
-    fail(*run, caught);
-  }
-  end(*run);
+  });
   return metrics;
 }
 
@@ -388,48 +378,56 @@ std::map<std::string, double> Trainer::validate(const std::shared_ptr<LightningM
                                                 const std::shared_ptr<DataModule>& data,
                                                 const std::string& ckpt_path) {
   LT_CHECK(data != nullptr, "Trainer::validate: the data module is null");
-  data->setup(Stage::kValidate);
-  return validate(module, data->val_dataloader(), ckpt_path);
+  return evaluate(module, [data] {
+    data->setup(Stage::kValidate);
+    return RunData{data->val_dataloader(), nullptr, {}};
+  }, Stage::kValidate, ckpt_path);
 }
 
 std::map<std::string, double> Trainer::validate(const std::shared_ptr<LightningModule>& module,
                                                 std::shared_ptr<DataLoader> val, const std::string& ckpt_path) {
-  return evaluate(module, std::move(val), Stage::kValidate, ckpt_path);
+  return evaluate(module, [&] { return RunData{val, nullptr, {}}; }, Stage::kValidate, ckpt_path);
 }
 
 std::map<std::string, double> Trainer::test(const std::shared_ptr<LightningModule>& module,
                                             const std::shared_ptr<DataModule>& data, const std::string& ckpt_path) {
   LT_CHECK(data != nullptr, "Trainer::test: the data module is null");
-  data->setup(Stage::kTest);
-  return test(module, data->test_dataloader(), ckpt_path);
+  return evaluate(module, [data] {
+    data->setup(Stage::kTest);
+    return RunData{data->test_dataloader(), nullptr, {}};
+  }, Stage::kTest, ckpt_path);
 }
 
 std::map<std::string, double> Trainer::test(const std::shared_ptr<LightningModule>& module,
                                             std::shared_ptr<DataLoader> test, const std::string& ckpt_path) {
-  return evaluate(module, std::move(test), Stage::kTest, ckpt_path);
+  return evaluate(module, [&] { return RunData{test, nullptr, {}}; }, Stage::kTest, ckpt_path);
 }
 
 std::vector<torch::Tensor> Trainer::predict(const std::shared_ptr<LightningModule>& module,
                                             const std::shared_ptr<DataModule>& data, const std::string& ckpt_path) {
   LT_CHECK(data != nullptr, "Trainer::predict: the data module is null");
-  data->setup(Stage::kPredict);
-  return predict(module, data->predict_dataloader(), ckpt_path);
+  return predict_stage(module, [data] {
+    data->setup(Stage::kPredict);
+    return RunData{data->predict_dataloader(), nullptr, {}};
+  }, ckpt_path);
 }
 
 std::vector<torch::Tensor> Trainer::predict(const std::shared_ptr<LightningModule>& module,
                                             std::shared_ptr<DataLoader> loader, const std::string& ckpt_path) {
-  LT_CHECK(loader != nullptr, "Trainer::predict: no data (the predict dataloader is null)");
-  auto run = begin(module, Stage::kPredict, ckpt_path);
-  prepare_loader(loader, Stage::kPredict);
+  return predict_stage(module, [&] { return RunData{loader, nullptr, {}}; }, ckpt_path);
+}
+
+std::vector<torch::Tensor> Trainer::predict_stage(const std::shared_ptr<LightningModule>& module,
+                                                  const std::function<RunData()>& data, const std::string& ckpt_path) {
   std::vector<torch::Tensor> out;
-  try {
-    if (const std::string path = resolve_ckpt_path(ckpt_path, *run); !path.empty()) load_weights(*module, path);
-    out = prediction_loop_->run(run->ctx, *loader,
+  run_stage(module, Stage::kPredict, ckpt_path, data, [&](Run& run, RunData& run_data) {
+    std::shared_ptr<DataLoader>& loader = run_data.loader;
+    LT_CHECK(loader != nullptr, "Trainer::predict: no data (the predict dataloader is null)");
+    prepare_loader(loader, Stage::kPredict);
+    if (const std::string path = resolve_ckpt_path(ckpt_path, run); !path.empty()) load_weights(*module, path);
+    out = prediction_loop_->run(run.ctx, *loader,
                                 loader->limited_size(options_.limit_predict_batches(), "limit_predict_batches"));
-  } catch (const std::exception& caught) {
-    fail(*run, caught);
-  }
-  end(*run);
+  });
   return out;
 }
 

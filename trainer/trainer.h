@@ -7,6 +7,7 @@
 //   lt::Trainer trainer(lt::TrainerOptions().max_epochs(3));
 //   trainer.fit(model, datamodule);
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -78,7 +79,7 @@ class Trainer {
   OptimizerConfig* optimizer_config() { return optim_.optimizer ? &optim_ : nullptr; }
 
   // -- checkpoints (trainer/checkpoint.cpp) ------------------------------------
-  // Everything a resume needs; see trainer/checkpoint.h for the layout.
+  // Everything a resume needs; see core/checkpoint_io.h for the layout.
   StateDict dump_checkpoint();
   void save_checkpoint(const std::string& path);
   void restore_checkpoint(const std::string& path);
@@ -91,30 +92,37 @@ class Trainer {
 
  private:
   struct Run;
-  // Common set-up of fit/validate/test/predict; returns the run's loop context
-  // parts. `ckpt_path` last or best: the logger continues the earlier run.
+  // What a run trains or evaluates on, made inside the run (a DataModule's
+  // prepare_data, its barrier and setup are part of the run's error path).
+  struct RunData {
+    std::shared_ptr<DataLoader> loader;  // train, or the evaluated / predicted data
+    std::shared_ptr<DataLoader> val;     // fit only
+    HParams hparams;                     // the DataModule's
+  };
+  // The one lifecycle of fit, validate, test and predict: the environment
+  // (a local spawn's supervisor never returns from it), then the strategy's
+  // run start, then inside one try every collective of the run: `data`, the
+  // setup (begin), `body`; a failure on any rank goes through fail().
+  void run_stage(const std::shared_ptr<LightningModule>& module, Stage stage, const std::string& ckpt_path,
+                 const std::function<RunData()>& data, const std::function<void(Run&, RunData&)>& body);
   std::unique_ptr<Run> begin(const std::shared_ptr<LightningModule>& module, Stage stage,
                              const std::string& ckpt_path);
   void end(Run& run);
-  // In the catch block of a failed run: the strategy's report of every
-  // rank's part, on_exception, the interrupted checkpoint (fit), the
-  // logger's "failed"/"interrupted", teardown; then throws what the run ends with.
-  [[noreturn]] void fail(Run& run, const std::exception& caught);
-  // A ckpt_path: a path as given; "last" (the newest checkpoint of the
-  // callbacks, e.g. ModelCheckpoint's dirpath) or "best" resolved, the same on
-  // every rank. `restarted` (fit in a worker torchrun restarted, with no
-  // ckpt_path): "last", if there is one yet.
+  // `run` is null when the run failed before its setup finished.
+  [[noreturn]] void fail(Run* run, const std::exception& caught);
   std::string resolve_ckpt_path(const std::string& ckpt_path, Run& run, bool restarted = false);
-  // fit with the DataModule's hparams, logged with the module's.
-  void fit(const std::shared_ptr<LightningModule>& module, std::shared_ptr<DataLoader> train,
-           std::shared_ptr<DataLoader> val, const std::string& ckpt_path, const HParams& data_hparams);
+  void fit_stage(const std::shared_ptr<LightningModule>& module, const std::function<RunData()>& data,
+                 const std::string& ckpt_path);
   std::shared_ptr<DataLoader> prepare_loader(std::shared_ptr<DataLoader> loader, Stage stage);
   bool overfits() const;  // overfit_batches > 0
   // In the constructor: fast_dev_run's and overfit_batches' limits; the progress bar and model summary.
   void apply_debug_modes();
   void add_default_callbacks();
   std::map<std::string, double> evaluate(const std::shared_ptr<LightningModule>& module,
-                                         std::shared_ptr<DataLoader> loader, Stage stage, const std::string& ckpt_path);
+                                         const std::function<RunData()>& data, Stage stage,
+                                         const std::string& ckpt_path);
+  std::vector<torch::Tensor> predict_stage(const std::shared_ptr<LightningModule>& module,
+                                           const std::function<RunData()>& data, const std::string& ckpt_path);
 
   TrainerOptions options_;
   std::shared_ptr<Strategy> strategy_;

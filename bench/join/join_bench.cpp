@@ -26,7 +26,7 @@
 #include <vector>
 
 #include <lightning_cpp/plugins/launchers/subprocess_script.h>
-#include <lightning_cpp/plugins/strategies/ddp.h>
+#include <lightning_cpp/plugins/strategies/ddp/ddp.h>
 #include <lightning_cpp/trainer/trainer.h>
 
 #include "../machine_limit.h"

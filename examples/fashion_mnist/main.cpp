@@ -2,7 +2,7 @@
 // and prints the test accuracy.
 //   fashion_mnist [--cnn] [--epochs N] [--data DIR] [--devices N]
 // --devices N > 1 trains with the ddp strategy: this process launches N
-// worker processes of itself and exits when they are done (see plugins/strategies/ddp.h).
+// worker processes of itself and exits when they are done (see plugins/strategies/ddp/ddp.h).
 
 #include <cstdio>
 #include <cstring>
@@ -14,7 +14,7 @@
 #include <lightning_cpp/loggers/logger_collection.h>
 #include <lightning_cpp/loggers/tensorboard.h>
 #include <lightning_cpp/plugins/launchers/error_file.h>
-#include <lightning_cpp/plugins/strategies/ddp.h>
+#include <lightning_cpp/plugins/strategies/ddp/ddp.h>
 #include <lightning_cpp/trainer/trainer.h>
 
 #include "fashion_mnist/fashion_mnist.h"

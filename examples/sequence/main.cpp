@@ -16,13 +16,7 @@
 #include <string>
 #include <vector>
 
-#include <lightning_cpp/core/check.h>
-#include <lightning_cpp/data/batch_sampler.h>
-#include <lightning_cpp/data/collate.h>
-#include <lightning_cpp/data/data_loader.h>
-#include <lightning_cpp/plugins/launchers/error_file.h>
-#include <lightning_cpp/plugins/strategies/ddp.h>
-#include <lightning_cpp/trainer/trainer.h>
+#include <lightning_cpp/lightning.h>
 
 namespace {
 

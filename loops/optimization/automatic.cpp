@@ -1,6 +1,5 @@
 #include <lightning_cpp/loops/optimization/automatic.h>
 
-#include <cmath>
 #include <optional>
 #include <string>
 #include <utility>
@@ -11,21 +10,6 @@
 #include <lightning_cpp/core/rank_zero.h>
 
 namespace lt {
-
-void clip_gradients(torch::optim::Optimizer& optimizer, double clip_val, GradientClipAlgorithm algorithm) {
-  if (clip_val <= 0.0) return;
-  std::vector<torch::Tensor> params;
-  for (auto& group : optimizer.param_groups()) {
-    for (auto& p : group.params()) {
-      if (p.grad().defined()) params.push_back(p);
-    }
-  }
-  if (algorithm == GradientClipAlgorithm::kNorm) {
-    torch::nn::utils::clip_grad_norm_(params, clip_val);
-  } else {
-    torch::nn::utils::clip_grad_value_(params, clip_val);
-  }
-}
 
 void step_scheduler(OptimizerConfig& config, Interval interval, int64_t counter) {
   if (config.lr_scheduler && config.interval == interval && counter % config.frequency == 0) {
@@ -74,14 +58,6 @@ void AutomaticOptimization::backward(LoopContext& ctx, const torch::Tensor& scal
   ctx.module.on_after_backward();
 }
 
-bool all_finite(const std::vector<torch::Tensor>& tensors) {
-  // A sum is finite when all its terms are: a NaN or an infinity makes it
-  // NaN or infinite (a finite sum that overflows is a false alarm).
-  std::vector<torch::Tensor> sums;
-  for (const auto& t : tensors) sums.push_back((t.numel() == 1 ? t.reshape({}) : t.sum()).to(torch::kFloat));
-  return sums.empty() || std::isfinite(torch::stack(sums).sum().item<float>());
-}
-
 std::optional<std::string> first_nonfinite_gradient(const torch::nn::Module& module) {
   for (const auto& p : module.named_parameters(/*recurse=*/true)) {
     const auto& grad = p.value().grad();
@@ -106,7 +82,8 @@ void AutomaticOptimization::optimizer_step(LoopContext& ctx) {
       if (p.grad().defined()) checked.push_back(p.grad());
     }
   }
-  if (ctx.options.on_nonfinite() != NonFinitePolicy::kIgnore && !all_finite(checked)) {
+  // One host sync; false may also mean a finite sum overflowed: then first_nonfinite_gradient tells.
+  if (ctx.options.on_nonfinite() != NonFinitePolicy::kIgnore && !ctx.strategy.all_finite(checked)) {
     for (const auto& [batch_idx, loss] : losses) {
       if (torch::isfinite(loss).all().item<bool>()) continue;
       throw Error(c10::str("non-finite loss ", loss.item<double>(), " at epoch ", ctx.state.current_epoch, ", batch ",
@@ -131,7 +108,8 @@ void AutomaticOptimization::optimizer_step(LoopContext& ctx) {
   }
   ctx.hooks.call(&Callback::on_before_optimizer_step, optimizer);
   ctx.module.on_before_optimizer_step(optimizer);
-  clip_gradients(optimizer, ctx.options.gradient_clip_val(), ctx.options.gradient_clip_algorithm());
+  // As Lightning: after backward and the unscaling, before the step.
+  ctx.strategy.clip_gradients(optimizer, ctx.options.gradient_clip_val(), ctx.options.gradient_clip_algorithm());
   try {
     ProfileScope scope(ctx.profiler, "[Strategy]", ctx.strategy.name(), ".optimizer_step");
     if (steps) ctx.strategy.optimizer_step(optimizer);  // skipped: a scaler's non-finite gradients

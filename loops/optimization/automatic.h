@@ -44,13 +44,6 @@ class AutomaticOptimization : public OptimizationLoop {
   std::vector<std::pair<int64_t, torch::Tensor>> window_losses_;
 };
 
-// Gradient clipping as Lightning does it (after backward, before the step).
-void clip_gradients(torch::optim::Optimizer& optimizer, double clip_val, GradientClipAlgorithm algorithm);
-
-// Whether every tensor (losses, gradients) is finite, in one host sync. False
-// may also mean a finite sum overflowed: then first_nonfinite_gradient tells.
-bool all_finite(const std::vector<torch::Tensor>& tensors);
-
 // Name of the first parameter whose gradient has a NaN or an infinity.
 std::optional<std::string> first_nonfinite_gradient(const torch::nn::Module& module);
 

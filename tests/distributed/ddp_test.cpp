@@ -23,8 +23,8 @@
 #include <lightning_cpp/core/signals.h>
 #include <lightning_cpp/data/distributed_sampler.h>
 #include <lightning_cpp/loggers/csv.h>
-#include <lightning_cpp/plugins/strategies/ddp.h>
-#include <lightning_cpp/trainer/checkpoint.h>
+#include <lightning_cpp/plugins/strategies/ddp/ddp.h>
+#include <lightning_cpp/core/checkpoint_io.h>
 #include <lightning_cpp/trainer/trainer.h>
 
 #include "support/multiprocess.h"

@@ -29,12 +29,13 @@
 #include <lightning_cpp/plugins/join/join.h>
 #include <lightning_cpp/plugins/layer_sync/sync_batch_norm.h>
 #include <lightning_cpp/plugins/precision/precision.h>
-#include <lightning_cpp/plugins/strategies/ddp.h>
-#include <lightning_cpp/plugins/strategies/ddp/epoch_contexts.h>
-#include <lightning_cpp/plugins/strategies/ddp/join_compatibility.h>
-#include <lightning_cpp/trainer/checkpoint.h>
+#include <lightning_cpp/plugins/strategies/ddp/ddp.h>
+#include <lightning_cpp/plugins/join/epoch_context.h>
+#include <lightning_cpp/plugins/join/join_compatibility.h>
+#include <lightning_cpp/core/checkpoint_io.h>
 #include <lightning_cpp/trainer/trainer.h>
 
+#include "distributed/flat_allreduce_strategy.h"
 #include "support/multiprocess.h"
 #include "support/row_stream.h"
 
@@ -479,7 +480,7 @@ std::vector<MatrixConfig> read_matrix() {
   });
 }
 
-lt::TrainerOptions base_options(const std::shared_ptr<lt::DDPStrategy>& strategy, int ws) {
+lt::TrainerOptions base_options(const std::shared_ptr<lt::Strategy>& strategy, int ws) {
   return lt::TrainerOptions()
       .strategy(strategy)
       .devices(ws)
@@ -499,20 +500,35 @@ std::shared_ptr<lt::DDPStrategy> make_strategy() {
 
 }  // namespace
 
+// With LT_FLAT_ALLREDUCE=1, the test-only strategy of flat_allreduce_strategy.h
+// (the foundation with a gradient sync of its own) instead of DDP.
 LT_TEST_WORKER(JoinMatrix) {
   const int rank = env_int("RANK");
   const int ws = env_int("WORLD_SIZE");
-  auto strategy = make_strategy();
+  std::shared_ptr<lt::Strategy> strategy;
+  std::function<void(const lt::JoinSettings&)> set_join;
+  if (env_int("LT_FLAT_ALLREDUCE") != 0) {
+    static auto flat = std::make_shared<lt::testing::FlatAllreduceStrategy>();
+    flat->settings.process_group_timeout = std::chrono::seconds(30);
+    set_join = [](const lt::JoinSettings& join) { flat->settings.join = join; };
+    strategy = flat;
+  } else {
+    auto ddp = make_strategy();
+    set_join = [ddp](const lt::JoinSettings& join) {
+      ddp->options()
+          .join_mode(join.mode)
+          .join_divide_by_initial_world_size(join.divide_by_initial_world_size)
+          .join_throw_on_early_termination(join.throw_on_early_termination);
+    };
+    strategy = ddp;
+  }
   int checked = 0;
   // Plain SGD has no state: PyTorch's Join and lockstep give the same model.
   for (const lt::JoinMode mode : {lt::JoinMode::kLockstep, lt::JoinMode::kPyTorch})
   for (const MatrixConfig& c : read_matrix()) {
     if (c.ws != ws) continue;
     auto model = std::make_shared<JoinNet>();
-    strategy->options()
-        .join_mode(mode)
-        .join_divide_by_initial_world_size(c.divide)
-        .join_throw_on_early_termination(c.throw_on_early_termination);
+    set_join({/*enable=*/true, c.throw_on_early_termination, c.divide, mode});
     auto options = base_options(strategy, ws).max_epochs(c.epochs).accumulate_grad_batches(c.k);
     lt::Trainer trainer(options);
     bool threw = false;
@@ -533,8 +549,7 @@ LT_TEST_WORKER(JoinMatrix) {
                     ": threw=", threw, " error=", error, " spread across ranks=", spread);
     ++checked;
   }
-  strategy->options().join_mode(lt::JoinMode::kLockstep).join_divide_by_initial_world_size(true)
-      .join_throw_on_early_termination(false);
+  set_join(lt::JoinSettings{});
   std::cerr << "rank " << rank << ": " << checked << " configurations match the reference" << std::endl;
   LT_WORKER_CHECK(checked > 0, "no configuration for world size ", ws);
   return 0;
@@ -1614,6 +1629,15 @@ TEST(JoinMatrix, ThreeRanksStreamed) {
 }
 
 TEST(JoinMatrix, FourRanks) { expect_workers_pass("JoinMatrix", 4, std::chrono::seconds(150)); }
+
+// The foundation's promise: a strategy that brings only its gradient sync
+// (~150 lines, tests/distributed/flat_allreduce_strategy.h) passes the join
+// matrix against the Python oracle, lockstep and pytorch mode, streamed too.
+TEST(JoinMatrix, TestOnlyFlatAllreduceStrategyOnTwoAndThreeRanks) {
+  expect_workers_pass("JoinMatrix", 2, std::chrono::seconds(120), {{"LT_FLAT_ALLREDUCE", "1"}});
+  expect_workers_pass("JoinMatrix", 3, std::chrono::seconds(120), {{"LT_FLAT_ALLREDUCE", "1"}});
+  expect_workers_pass("JoinMatrix", 2, std::chrono::seconds(120), {{"LT_FLAT_ALLREDUCE", "1"}, {"LT_STREAM", "1"}});
+}
 
 TEST(JoinEpochContext, PadsToTheEndOfTheLastWindowOnlyWithJoin) {
   EXPECT_EQ(lt::join_num_iterations(5, 2, true), 6);

@@ -22,7 +22,7 @@
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/plugins/launchers/error_file.h>
 #include <lightning_cpp/plugins/launchers/subprocess_script.h>
-#include <lightning_cpp/plugins/strategies/ddp.h>
+#include <lightning_cpp/plugins/strategies/ddp/ddp.h>
 #include <lightning_cpp/trainer/trainer.h>
 
 #include "support/multiprocess.h"

@@ -6,7 +6,7 @@
 #include <utility>
 
 // Needs torch/csrc/distributed/autograd/context/context.h, which some
-// LibTorch packages lack: see plugins/strategies/c10d_compat/.
+// LibTorch packages lack: see plugins/strategies/ddp/c10d_compat/.
 #include <torch/csrc/distributed/c10d/comm.hpp>
 #include <torch/csrc/distributed/c10d/default_comm_hooks.hpp>  // BuiltinCommHookType
 #include <torch/csrc/distributed/c10d/logger.hpp>
@@ -16,12 +16,10 @@
 
 namespace lt {
 
-namespace {
-
 // PyTorch's _DDPJoinHook.
-class DDPJoinHook : public JoinHook {
+class DistributedDataParallel::JoinHookImpl : public JoinHook {
  public:
-  explicit DDPJoinHook(DistributedDataParallel& ddp) : ddp_(ddp) {}
+  explicit JoinHookImpl(DistributedDataParallel& ddp) : ddp_(ddp) {}
 
   // Shadows one iteration of pre_forward/post_forward/backward of the ranks
   // still training (see the order in distributed_data_parallel.h).
@@ -62,6 +60,8 @@ class DDPJoinHook : public JoinHook {
  private:
   DistributedDataParallel& ddp_;
 };
+
+namespace {
 
 // PyTorch's bf16_compress_hook, as c10d's FP16CompressCommHook in bfloat16.
 // (A CommHookInterface: CppCommHookInterface's result parser is not exported
@@ -218,13 +218,13 @@ void DistributedDataParallel::pre_forward() {
 
 void DistributedDataParallel::pre_forward_impl() {
   const bool grad_enabled = torch::GradMode::is_enabled();
-  if (grad_enabled && require_backward_grad_sync_) {
+  if (grad_enabled && require_backward_grad_sync()) {
     ++num_iterations_;
     reducer_->prepare_for_forward();
   }
   // Tell an active Join context that this rank has not joined (heartbeat).
   if (auto work = Join::notify_join_context(*this)) {
-    reducer_->set_forward_pass_work_handle(work, options_.divide_by_initial_world_size());
+    reducer_->set_forward_pass_work_handle(work, divide_by_initial_world_size());
   }
   // Before the forward's allocations, to keep the peak memory down; once.
   if (grad_enabled && rebuild_buckets()) has_rebuilt_buckets_ = true;
@@ -236,7 +236,7 @@ void DistributedDataParallel::pre_forward_impl() {
 }
 
 void DistributedDataParallel::post_forward(const std::vector<torch::Tensor>& outputs, bool prepare_for_backward) {
-  if (torch::GradMode::is_enabled() && require_backward_grad_sync_) {
+  if (torch::GradMode::is_enabled() && require_backward_grad_sync()) {
     require_forward_param_sync_ = true;
     if (prepare_for_backward) {
       std::vector<torch::Tensor> defined;
@@ -264,7 +264,7 @@ torch::Tensor DistributedDataParallel::forward(const std::function<torch::Tensor
 }
 
 void DistributedDataParallel::prepare_for_backward(const std::vector<torch::Tensor>& outputs) {
-  if (torch::GradMode::is_enabled() && require_backward_grad_sync_) {
+  if (torch::GradMode::is_enabled() && require_backward_grad_sync()) {
     require_forward_param_sync_ = true;
     std::vector<torch::Tensor> defined;
     if (options_.find_unused_parameters()) {
@@ -284,7 +284,7 @@ void DistributedDataParallel::prepare_for_backward(const std::vector<torch::Tens
 void DistributedDataParallel::backward(const torch::Tensor& loss) {
   std::vector<torch::Tensor> roots{loss};
   std::vector<torch::Tensor> grads{torch::Tensor()};  // ones for a scalar loss, as loss.backward()
-  if (stop_flag_.defined() && torch::GradMode::is_enabled() && require_backward_grad_sync_) {
+  if (stop_flag_.defined() && torch::GradMode::is_enabled() && require_backward_grad_sync()) {
     // A node of its own (a view), so that find_unused_parameters sees the flag used.
     roots.push_back(stop_flag_.view({1}));
     // A fresh tensor: the flag's AccumulateGrad may keep it as the gradient.
@@ -351,7 +351,7 @@ int64_t DistributedDataParallel::find_common_rank(int64_t input_rank, bool rank_
 
 c10::intrusive_ptr<c10d::Work> DistributedDataParallel::check_global_requires_backward_grad_sync(
     bool is_joined_rank, torch::Tensor* result) {
-  const bool sync = !is_joined_rank && require_backward_grad_sync_;
+  const bool sync = !is_joined_rank && require_backward_grad_sync();
   std::vector<torch::Tensor> t{sync ? torch::ones({1}, torch::TensorOptions().device(device_))
                                     : torch::zeros({1}, torch::TensorOptions().device(device_))};
   if (result != nullptr) *result = t[0];
@@ -436,7 +436,7 @@ void DistributedDataParallel::detach_gradient_views() {
   }
 }
 
-std::unique_ptr<JoinHook> DistributedDataParallel::join_hook() { return std::make_unique<DDPJoinHook>(*this); }
+std::unique_ptr<JoinHook> DistributedDataParallel::join_hook() { return std::make_unique<JoinHookImpl>(*this); }
 
 std::vector<std::vector<int64_t>> DistributedDataParallel::bucket_indices() const {
   std::unordered_map<const c10::TensorImpl*, int64_t> index;

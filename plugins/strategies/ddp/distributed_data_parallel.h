@@ -61,7 +61,7 @@
 #include <torch/csrc/distributed/c10d/comm.hpp>
 #include <torch/torch.h>
 
-#include <lightning_cpp/plugins/join/join.h>
+#include <lightning_cpp/plugins/join/gradient_sync.h>
 
 namespace c10d {
 class Logger;
@@ -90,16 +90,13 @@ struct DistributedDataParallelOptions {
   TORCH_ARG(bool, gradient_as_bucket_view) = false;
   // Broadcast buffers (BatchNorm statistics...) before every forward.
   TORCH_ARG(bool, broadcast_buffers) = true;
-  // Under Join: divide gradients by the initial world size (true) or by the
-  // ranks still active (false). PyTorch's join(divide_by_initial_world_size).
-  TORCH_ARG(bool, divide_by_initial_world_size) = true;
   TORCH_ARG(DDPCommHook, comm_hook) = DDPCommHook::kAllreduce;
   // Set: the gradient allreduce also carries this rank's wish to stop (see
   // "Agreed stop" below). Every rank sets it alike.
   TORCH_ARG(std::function<bool()>, stop_wish) = nullptr;
 };
 
-class DistributedDataParallel : public Joinable {
+class DistributedDataParallel : public GradientSync {
  public:
   // Collective: every rank of `process_group` constructs it at the same time.
   DistributedDataParallel(std::shared_ptr<torch::nn::Module> module,
@@ -111,8 +108,6 @@ class DistributedDataParallel : public Joinable {
 
   torch::nn::Module& module() const { return *module_; }
   const DistributedDataParallelOptions& options() const { return options_; }
-  // PyTorch's _DDPJoinHook sets this from the Join's arguments; read at every pre_forward.
-  void set_divide_by_initial_world_size(bool divide) { options_.divide_by_initial_world_size(divide); }
   const c10::intrusive_ptr<c10d::ProcessGroup>& process_group() const { return process_group_; }
   int64_t rank() const { return rank_; }
   int64_t world_size() const { return world_size_; }
@@ -131,7 +126,14 @@ class DistributedDataParallel : public Joinable {
   void prepare_for_backward(const std::vector<torch::Tensor>& outputs);
   // prepare_for_backward, then backward from `loss` and, when this backward
   // reduces gradients and options.stop_wish is set, from the stop flag.
-  void backward(const torch::Tensor& loss);
+  void backward(const torch::Tensor& loss) override;
+
+  // -- GradientSync: the strategy's view of the above --------------------------------
+  void before_forward() override { pre_forward(); }
+  void after_forward(const std::vector<torch::Tensor>& outputs) override {
+    post_forward(outputs, /*prepare_for_backward=*/false);  // backward() arms the Reducer
+  }
+  void after_optimizer_step() override { detach_gradient_views(); }
 
   // -- agreed stop (options.stop_wish) --------------------------------------------
   // A one-element parameter of the Reducer's own (not the module's, so no
@@ -143,93 +145,19 @@ class DistributedDataParallel : public Joinable {
   // collective of its own (the store read it replaces cost ~10% of a step).
   // The sum since the last call, or nullopt when no backward (nor, lockstep
   // Join, an adopted reduction) reduced gradients since; clears it.
-  std::optional<bool> take_agreed_stop();
+  std::optional<bool> take_agreed_stop() override;
   // Forgets what was reduced (every rank at the same point: an epoch's start).
-  void reset_agreed_stop();
+  void reset_agreed_stop() override;
 
-  // -- gradient sync switches ---------------------------------------------------
-  bool require_backward_grad_sync() const { return require_backward_grad_sync_; }
-  void set_require_backward_grad_sync(bool sync) { require_backward_grad_sync_ = sync; }
+  // -- gradient sync switches (no_sync: GradientSync) -------------------------------------
   bool require_forward_param_sync() const { return require_forward_param_sync_; }
   void set_require_forward_param_sync(bool sync) { require_forward_param_sync_ = sync; }
-
-  // PyTorch's `with ddp.no_sync():` gradients accumulate locally while the
-  // guard lives; the first backward after it reduces the accumulated sum.
-  class NoSyncGuard {
-   public:
-    explicit NoSyncGuard(DistributedDataParallel& ddp)
-        : ddp_(&ddp), previous_(ddp.require_backward_grad_sync()) {
-      ddp.set_require_backward_grad_sync(false);
-    }
-    ~NoSyncGuard() {
-      if (ddp_ != nullptr) ddp_->set_require_backward_grad_sync(previous_);
-    }
-    NoSyncGuard(NoSyncGuard&& other) noexcept : ddp_(other.ddp_), previous_(other.previous_) { other.ddp_ = nullptr; }
-    NoSyncGuard(const NoSyncGuard&) = delete;
-    NoSyncGuard& operator=(const NoSyncGuard&) = delete;
-    NoSyncGuard& operator=(NoSyncGuard&&) = delete;
-
-   private:
-    DistributedDataParallel* ddp_;
-    bool previous_;
-  };
-  NoSyncGuard no_sync() { return NoSyncGuard(*this); }
 
   // -- Joinable -------------------------------------------------------------------
   // main_hook: PyTorch's _DDPJoinHook.main_hook; post_hook: sync_final_model.
   std::unique_ptr<JoinHook> join_hook() override;
   torch::Device join_device() const override { return device_; }
   c10::intrusive_ptr<c10d::ProcessGroup> join_process_group() const override { return process_group_; }
-
-  // -- the pieces of the forward and of the join hook (PyTorch's private
-  // methods, public so that Join and tests can drive them) -------------------
-  // require_forward_param_sync && broadcast_buffers && the module has buffers.
-  bool will_sync_module_buffers() const;
-  // _sync_buffers: authoritative rank (find_common_rank(rank, true) with
-  // Join enabled, else 0), then broadcast of the buffers from it.
-  void sync_buffers();
-  // _check_and_sync_module_buffers (joined rank): find_common_rank(rank, false), then broadcast.
-  void check_and_sync_module_buffers();
-  void sync_module_buffers(int64_t authoritative_rank);
-  // allreduce(MAX) of (input_rank if rank_cond else -1); throws if every rank sent -1.
-  int64_t find_common_rank(int64_t input_rank, bool rank_cond);
-  // allreduce of ones(1) (active rank syncing gradients) or zeros(1); not waited.
-  // `result` receives the tensor being reduced (read it after waiting).
-  c10::intrusive_ptr<c10d::Work> check_global_requires_backward_grad_sync(bool is_joined_rank,
-                                                                         torch::Tensor* result = nullptr);
-  // One zero bucket per gradient bucket, in the Reducer's order, through
-  // Reducer::run_comm_hook; waits for all. Returns the buckets, each now
-  // holding the other ranks' sum (their averaged gradient).
-  std::vector<c10d::GradBucket> match_all_reduce_for_bwd_pass();
-  // allreduce of the Reducer's locally-used-parameter map; waited. Returns the reduced map.
-  torch::Tensor match_unused_params_allreduce();
-  // Lockstep Join: copies the reduced buckets into the parameters' gradients
-  // (skipping parameters `used`, if defined, marks unused on every rank).
-  void adopt_reduced_gradients(const std::vector<c10d::GradBucket>& buckets, const torch::Tensor& used);
-  // Lockstep Join: when set, a joined rank's main_hook, on an iteration in
-  // which the others reduce gradients, adopts the reduced gradient and calls
-  // this step (the training loop's optimizer step). Unset: PyTorch's Join.
-  void set_join_step(std::function<void()> step) { join_step_ = std::move(step); }
-  const std::function<void()>& join_step() const { return join_step_; }
-  // Scheduled Join (join.h): active ranks send no grad-sync flag (4. below);
-  // a joined rank's main_hook asks this whether the iteration it shadows
-  // reduces gradients, as the schedule tells.
-  void set_scheduled_join_sync(std::function<bool()> sync) { scheduled_join_sync_ = std::move(sync); }
-  const std::function<bool()>& scheduled_join_sync() const { return scheduled_join_sync_; }
-  // The module's collective layers (core/collective_layer.h) shadowed, for a
-  // rank with no micro-batch in an iteration: a joined rank's main_hook calls
-  // it after the grad-sync flag (every iteration, synced or not), a padding
-  // micro-batch after pre_forward(). Unset: the module has none.
-  void set_forward_shadow(std::function<void()> shadow) { forward_shadow_ = std::move(shadow); }
-  void shadow_forward() const {
-    if (forward_shadow_) forward_shadow_();
-  }
-  // find_common_rank(rank, is_last_joiner), then broadcast_coalesced of
-  // parameters and buffers from that rank.
-  void sync_final_model(bool is_last_joiner);
-  // Reducer::rebuild_buckets(); true if they were rebuilt now.
-  bool rebuild_buckets();
-  void push_rebuilt_params_for_all_indices();
 
   // After optimizer.step(), before optimizer.zero_grad(). With
   // gradient_as_bucket_view the Reducer makes each param.grad() a view of its
@@ -253,6 +181,39 @@ class DistributedDataParallel : public Joinable {
   static constexpr size_t kBroadcastBucketBytes = 250u * 1024u * 1024u;
 
  private:
+  // -- the pieces of the forward and of the join hook (PyTorch's private
+  // methods; JoinHookImpl, PyTorch's _DDPJoinHook, drives them) ----------------
+  class JoinHookImpl;
+  // require_forward_param_sync && broadcast_buffers && the module has buffers.
+  bool will_sync_module_buffers() const;
+  // _sync_buffers: authoritative rank (find_common_rank(rank, true) with
+  // Join enabled, else 0), then broadcast of the buffers from it.
+  void sync_buffers();
+  // _check_and_sync_module_buffers (joined rank): find_common_rank(rank, false), then broadcast.
+  void check_and_sync_module_buffers();
+  void sync_module_buffers(int64_t authoritative_rank);
+  // allreduce(MAX) of (input_rank if rank_cond else -1); throws if every rank sent -1.
+  int64_t find_common_rank(int64_t input_rank, bool rank_cond);
+  // allreduce of ones(1) (active rank syncing gradients) or zeros(1); not waited.
+  // `result` receives the tensor being reduced (read it after waiting).
+  c10::intrusive_ptr<c10d::Work> check_global_requires_backward_grad_sync(bool is_joined_rank,
+                                                                         torch::Tensor* result = nullptr);
+  // One zero bucket per gradient bucket, in the Reducer's order, through
+  // Reducer::run_comm_hook; waits for all. Returns the buckets, each now
+  // holding the other ranks' sum (their averaged gradient).
+  std::vector<c10d::GradBucket> match_all_reduce_for_bwd_pass();
+  // allreduce of the Reducer's locally-used-parameter map; waited. Returns the reduced map.
+  torch::Tensor match_unused_params_allreduce();
+  // Lockstep Join: copies the reduced buckets into the parameters' gradients
+  // (skipping parameters `used`, if defined, marks unused on every rank).
+  void adopt_reduced_gradients(const std::vector<c10d::GradBucket>& buckets, const torch::Tensor& used);
+  // find_common_rank(rank, is_last_joiner), then broadcast_coalesced of
+  // parameters and buffers from that rank.
+  void sync_final_model(bool is_last_joiner);
+  // Reducer::rebuild_buckets(); true if they were rebuilt now.
+  bool rebuild_buckets();
+  void push_rebuilt_params_for_all_indices();
+
   void pre_forward_impl();
   std::vector<torch::Tensor> module_buffers() const;
   std::vector<torch::Tensor> module_states() const;  // parameters, then buffers (all of them)
@@ -266,15 +227,11 @@ class DistributedDataParallel : public Joinable {
   std::vector<torch::Tensor> parameters_;
   std::shared_ptr<c10d::Reducer> reducer_;
   std::shared_ptr<c10d::Logger> logger_;  // the Reducer's (it holds a weak_ptr); destroyed first
-  bool require_backward_grad_sync_ = true;
   bool require_forward_param_sync_ = true;
   bool has_rebuilt_buckets_ = false;
   int64_t num_iterations_ = 0;
   // The grad-sync flag allreduce of step 4, waited in post_forward.
   c10::intrusive_ptr<c10d::Work> grad_sync_work_;
-  std::function<void()> join_step_;
-  std::function<bool()> scheduled_join_sync_;
-  std::function<void()> forward_shadow_;
   torch::Tensor stop_flag_;    // options.stop_wish: the last of parameters_
   bool stop_reduced_ = false;  // a reduction carried the flag since take_agreed_stop()
 };

@@ -1,4 +1,4 @@
-#include <lightning_cpp/plugins/strategies/ddp/process_group.h>
+#include <lightning_cpp/plugins/distributed/process_group.h>
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>

@@ -1,5 +1,5 @@
 #pragma once
-// How the DDP strategy shards a run's data across ranks.
+// How a data-parallel strategy shards a run's data across ranks.
 //
 // The training loader's sampler becomes a DistributedSampler (shuffle and seed
 // from the loader) whose padding follows uneven_inputs: kPad pads as PyTorch
@@ -29,7 +29,7 @@ namespace lt {
 class DataLoader;
 class Strategy;
 
-// What the DDP strategy does when ranks would get different numbers of batches.
+// What a data-parallel strategy does when ranks would get different numbers of batches.
 enum class UnevenInputs {
   kJoin,   // no padding; Join keeps the collectives matched (see plugins/join)
   kPad,    // PyTorch DistributedSampler padding: repeat samples so shards are even

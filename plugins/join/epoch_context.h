@@ -1,6 +1,10 @@
 #pragma once
-// The DDP strategy's training epochs. Each depends on the Strategy interface
-// (its collectives), the DDP wrapper and the collective watchdog only.
+// The training epochs of a data-parallel strategy: one context combining
+// no_sync accumulation with Join. Each depends on the Strategy interface (its
+// collectives), a GradientSync (gradient_sync.h: DDP's Reducer wrapper, or a
+// strategy's own) and the collective watchdog only. Below, "the gradient
+// sync's collectives" are DDP's as an example; another GradientSync issues
+// its own, in the order gradient_sync.h states.
 //
 // no_sync (uneven_inputs: pad | error): gradients are reduced only on the
 // micro-batch that ends an accumulation window; the others run under
@@ -38,7 +42,7 @@
 // Join: the longest is the epoch_length() validation points count in;
 // no_sync (and Join disabled): counts that differ are refused there, on every
 // rank, naming them (the loaders were evened out before training; see
-// ddp/sharding.h), so no rank waits in an allreduce another never issues.
+// distributed/uneven_inputs.h), so no rank waits in an allreduce another never issues.
 //
 // Collectives of one iteration, in order, on the DDP process group:
 //   active rank (real or padding micro-batch):
@@ -49,7 +53,7 @@
 //     2. backward: on the window's last micro-batch, one allreduce per bucket,
 //        the first with the agreed-stop flag (+ unused-parameter map with
 //        find_unused_parameters).
-//     3. end_batch: the sync_dist logging reduction (ddp/joinable_logging.h).
+//     3. end_batch: the sync_dist logging reduction (join/joinable_logging.h).
 //     4. the loop's iteration end: after a step, on_after_optimizer_step
 //        (ModelCheckpoint's barrier, the Timer's agreement); at a validation
 //        point, validation (sync_dist reductions, EarlyStopping's decision).
@@ -57,8 +61,9 @@
 //     allreduce(zeros) matching 1's heartbeat [throw mode: allreduce(ones), throw],
 //     DDP main hook (shadows 1's rest and 2; lockstep: then the optimizer
 //     step, whose hooks may issue their own matched collectives, as the active
-//     ranks' step does between 2 and 3), logging main hook (shadows 3), loop
-//     main hook (EpochPlan::joined_iteration_end: runs 4 with the others).
+//     ranks' step does between 2 and 3), the strategy's extra joinables' main
+//     hooks (EpochParts::joinables, in order), logging main hook (shadows 3),
+//     loop main hook (EpochPlan::joined_iteration_end: runs 4 with the others).
 //   after every rank joined: DDP post hook (final model broadcast from the
 //   highest last joiner; lockstep: the parameters are equal already, it
 //   aligns the buffers), then, in pytorch mode, one allreduce(MAX) of
@@ -77,30 +82,34 @@
 // (instead of a hang in the first unmatched gradient allreduce).
 
 #include <memory>
+#include <vector>
 
 #include <lightning_cpp/core/strategy.h>
-#include <lightning_cpp/plugins/strategies/ddp/join_compatibility.h>
+#include <lightning_cpp/plugins/join/gradient_sync.h>
+#include <lightning_cpp/plugins/join/join_compatibility.h>
 
 namespace lt {
 
 class CollectiveWatchdog;
-class DistributedDataParallel;
 class LightningModule;
 
 // What an epoch context works with: the strategy's collectives, the module's
-// DDP wrapper, and the watchdog (null with one rank).
-struct DDPEpochParts {
+// gradient sync, the watchdog (null with one rank), and the strategy's other
+// joinables (an optimizer that communicates, a user's own collective): they
+// join after the gradient sync, their main hooks run after its main hook.
+struct EpochParts {
   Strategy& strategy;
-  DistributedDataParallel& ddp;
+  GradientSync& sync;
   CollectiveWatchdog* watchdog;
+  std::vector<Joinable*> joinables;
 };
 
 // uneven_inputs: pad | error.
-std::unique_ptr<TrainingEpochContext> make_no_sync_epoch_context(DDPEpochParts parts, LightningModule& module,
+std::unique_ptr<TrainingEpochContext> make_no_sync_epoch_context(EpochParts parts, LightningModule& module,
                                                                  const EpochPlan& plan);
 
 // uneven_inputs: join.
-std::unique_ptr<TrainingEpochContext> make_join_epoch_context(DDPEpochParts parts, LightningModule& module,
+std::unique_ptr<TrainingEpochContext> make_join_epoch_context(EpochParts parts, LightningModule& module,
                                                               const EpochPlan& plan, const JoinSettings& settings);
 
 // ceil(n / k) * k with Join enabled, else n.

@@ -1,14 +1,12 @@
-#include <lightning_cpp/plugins/strategies/ddp/epoch_contexts.h>
+#include <lightning_cpp/plugins/join/epoch_context.h>
 
 #include <optional>
 
 #include <lightning_cpp/core/lightning_module.h>
 #include <lightning_cpp/core/run_state.h>
+#include <lightning_cpp/plugins/distributed/collective_watchdog.h>
 #include <lightning_cpp/plugins/join/join.h>
-#include <lightning_cpp/plugins/strategies/ddp/collective_watchdog.h>
-#include <lightning_cpp/plugins/strategies/ddp/distributed_data_parallel.h>
-#include <lightning_cpp/plugins/strategies/ddp/joinable_logging.h>
-#include <lightning_cpp/plugins/strategies/ddp/sharding.h>
+#include <lightning_cpp/plugins/join/joinable_logging.h>
 
 namespace lt {
 
@@ -19,10 +17,11 @@ CollectiveWatchdog::Scope watch(CollectiveWatchdog* watchdog, const char* collec
 }
 
 // Whether every rank stops at this boundary (see TrainingEpochContext::stop_requested).
-// In lockstep, what the window's gradient allreduce carried decides (DDP's agreed stop).
-bool agree_stop(CollectiveWatchdog* watchdog, DistributedDataParallel& ddp, bool local, const RunState* state,
+// In lockstep, what the window's gradient reduction carried decides, where the
+// gradient sync carries one (GradientSync::take_agreed_stop).
+bool agree_stop(CollectiveWatchdog* watchdog, GradientSync& sync_, bool local, const RunState* state,
                 bool lockstep, bool sync) {
-  const std::optional<bool> reduced = lockstep ? ddp.take_agreed_stop() : std::nullopt;
+  const std::optional<bool> reduced = lockstep ? sync_.take_agreed_stop() : std::nullopt;
   if (watchdog == nullptr) return local;
   return watchdog->agree_stop(local, state != nullptr ? state->global_step : 0, lockstep, sync, reduced);
 }
@@ -33,16 +32,19 @@ void check_even_batches(Strategy& strategy, int64_t num_batches, const char* wha
   const std::string per_rank = uneven_counts(strategy, num_batches);
   if (per_rank.empty()) return;
   throw Error(c10::str(what, ": the ranks have different numbers of training batches this epoch (", per_rank,
-                       "), so the ranks with more batches would wait forever in DDP's gradient allreduce for the ",
+                       "), so the ranks with more batches would wait forever in the gradient reduction for the ",
                        "ranks that ran out. ", fix));
 }
 
+// no_sync on accumulation micro-batches (nothing on a window's last).
 class NoSyncBatchGuard : public BatchGuard {
  public:
-  explicit NoSyncBatchGuard(DistributedDataParallel& ddp) : guard_(ddp.no_sync()) {}
+  NoSyncBatchGuard(GradientSync& sync, bool sync_gradients) {
+    if (!sync_gradients) no_sync_.emplace(sync.no_sync());
+  }
 
  private:
-  DistributedDataParallel::NoSyncGuard guard_;
+  std::optional<GradientSync::NoSyncGuard> no_sync_;
 };
 
 class NoSyncEpochContext : public TrainingEpochContext {
@@ -50,50 +52,40 @@ class NoSyncEpochContext : public TrainingEpochContext {
   // pad and error even out the loaders before training; what still differs
   // (limit_train_batches per rank, a sampler whose count changes by epoch) is
   // refused here.
-  NoSyncEpochContext(EpochPlan plan, DDPEpochParts parts, const RunState* state)
+  NoSyncEpochContext(EpochPlan plan, EpochParts parts, const RunState* state)
       : TrainingEpochContext(plan), parts_(parts), state_(state) {
     check_even_batches(parts_.strategy, plan.num_batches, "uneven inputs without Join (uneven_inputs: pad or error)",
                        "Use uneven_inputs: join, or give every rank as many batches");
-    parts_.ddp.reset_agreed_stop();
+    parts_.sync.reset_agreed_stop();
   }
   std::unique_ptr<BatchGuard> batch(int64_t /*iteration*/, bool sync_gradients) override {
     if (sync_gradients) return nullptr;
-    return std::make_unique<NoSyncBatchGuard>(parts_.ddp);
+    return std::make_unique<NoSyncBatchGuard>(parts_.sync, sync_gradients);
   }
   // The ranks run in lockstep: the gradient allreduce tells them all whether to stop.
   bool stop_requested(bool local) override {
-    return agree_stop(parts_.watchdog, parts_.ddp, local, state_, /*lockstep=*/true, /*sync=*/true);
+    return agree_stop(parts_.watchdog, parts_.sync, local, state_, /*lockstep=*/true, /*sync=*/true);
   }
 
  private:
-  DDPEpochParts parts_;
+  EpochParts parts_;
   const RunState* state_;
 };
 
-class DDPJoinBatchGuard : public BatchGuard {
- public:
-  DDPJoinBatchGuard(DistributedDataParallel& ddp, bool sync_gradients) {
-    if (!sync_gradients) no_sync_.emplace(ddp.no_sync());
-  }
-
- private:
-  std::optional<DistributedDataParallel::NoSyncGuard> no_sync_;
-};
-
 // Runs the loop's iteration end on a joined rank (EpochPlan::joined_iteration_end),
-// after DDP's and the logging joinable's main hooks: whatever the ranks still
+// after the gradient sync's and the logging joinable's main hooks: whatever the ranks still
 // training do after an iteration's micro-batch (step-end hooks, validation),
 // a joined rank does at the same point with them.
 class LoopJoinable : public Joinable {
  public:
-  LoopJoinable(std::function<void(int64_t)> iteration_end, const int64_t& next_iteration,
-               DistributedDataParallel& ddp, CollectiveWatchdog* watchdog)
-      : iteration_end_(std::move(iteration_end)), next_iteration_(next_iteration), ddp_(ddp), watchdog_(watchdog) {}
+  LoopJoinable(std::function<void(int64_t)> iteration_end, const int64_t& next_iteration, const Joinable& sync,
+               CollectiveWatchdog* watchdog)
+      : iteration_end_(std::move(iteration_end)), next_iteration_(next_iteration), sync_(sync), watchdog_(watchdog) {}
 
   std::unique_ptr<JoinHook> join_hook() override { return std::make_unique<Hook>(*this); }
   int64_t shadowed() const { return shadowed_; }
-  torch::Device join_device() const override { return ddp_.device(); }
-  c10::intrusive_ptr<c10d::ProcessGroup> join_process_group() const override { return ddp_.process_group(); }
+  torch::Device join_device() const override { return sync_.join_device(); }
+  c10::intrusive_ptr<c10d::ProcessGroup> join_process_group() const override { return sync_.join_process_group(); }
 
  private:
   class Hook : public JoinHook {
@@ -112,28 +104,28 @@ class LoopJoinable : public Joinable {
 
   std::function<void(int64_t)> iteration_end_;
   const int64_t& next_iteration_;
-  DistributedDataParallel& ddp_;
+  const Joinable& sync_;
   CollectiveWatchdog* watchdog_;
   int64_t shadowed_ = 0;
 };
 
-class DDPJoinEpochContext : public TrainingEpochContext {
+class JoinEpochContext : public TrainingEpochContext {
  public:
-  DDPJoinEpochContext(EpochPlan plan, DDPEpochParts parts, LightningModule& module, JoinSettings settings)
+  JoinEpochContext(EpochPlan plan, EpochParts parts, LightningModule& module, JoinSettings settings)
       : TrainingEpochContext(plan),
         strategy_(parts.strategy),
         watchdog_(parts.watchdog),
         module_(module),
-        ddp_(parts.ddp),
+        sync_(parts.sync),
         settings_(settings) {
     if (!settings_.enable) {
       check_even_batches(strategy_, plan.num_batches,
                          "uneven inputs with Join disabled (join_enable: false)",
                          "Set join_enable: true, or uneven_inputs: pad");
     }
-    ddp_.set_divide_by_initial_world_size(settings_.divide_by_initial_world_size);
-    ddp_.reset_agreed_stop();
-    if (settings_.mode == JoinMode::kLockstep) ddp_.set_join_step(plan.joined_step);
+    sync_.set_divide_by_initial_world_size(settings_.divide_by_initial_world_size);
+    sync_.reset_agreed_stop();
+    if (settings_.mode == JoinMode::kLockstep) sync_.set_join_step(plan.joined_step);
     JoinSchedule schedule;
     if (settings_.enable && strategy_.world_size() > 1) {
       auto scope = watch(watchdog_, "allreduce of the ranks' batch counts (Join epoch start)");
@@ -149,12 +141,17 @@ class DDPJoinEpochContext : public TrainingEpochContext {
         first_out_ = join_num_iterations(shortest, plan.accumulate_grad_batches, true);
         const int64_t longest = join_num_iterations(length_, plan.accumulate_grad_batches, true);
         schedule = [this, longest] { return !stopped_ && shadowed_iteration() < longest; };
-        ddp_.set_scheduled_join_sync([this] { return window_end(shadowed_iteration()); });
+        sync_.set_scheduled_join_sync([this] { return window_end(shadowed_iteration()); });
       }
     }
-    std::vector<Joinable*> joinables{&ddp_};
+    // The gradient sync first (its before_forward sends the heartbeat), then
+    // the strategy's other joinables, then logging and the loop, in the order
+    // an active rank's iteration runs their collectives.
+    std::vector<Joinable*> joinables{&sync_};
+    joinables.insert(joinables.end(), parts.joinables.begin(), parts.joinables.end());
     if (module_.runtime().results != nullptr) {
-      logging_ = std::make_unique<LoggingJoinable>(*module_.runtime().results, ddp_.process_group(), ddp_.device());
+      logging_ = std::make_unique<LoggingJoinable>(*module_.runtime().results, sync_.join_process_group(),
+                                                   sync_.join_device());
       joinables.push_back(logging_.get());
     }
     // Scheduled, a joined rank stops shadowing where the others stop.
@@ -165,18 +162,18 @@ class DDPJoinEpochContext : public TrainingEpochContext {
         if (scheduled_) stopped_ = this->plan().stops_after(window_end(iteration));
       };
     }
-    loop_ = std::make_unique<LoopJoinable>(std::move(shadowed_end), next_iteration_, ddp_, watchdog_);
+    loop_ = std::make_unique<LoopJoinable>(std::move(shadowed_end), next_iteration_, sync_, watchdog_);
     joinables.push_back(loop_.get());
     join_ = std::make_unique<Join>(joinables, settings_.enable, settings_.throw_on_early_termination, schedule);
   }
 
-  ~DDPJoinEpochContext() override {
+  ~JoinEpochContext() override {
     join_.reset();  // resets the joinables' configs before the joinables go
     loop_.reset();
     logging_.reset();
-    ddp_.set_divide_by_initial_world_size(true);
-    ddp_.set_join_step(nullptr);
-    ddp_.set_scheduled_join_sync(nullptr);
+    sync_.set_divide_by_initial_world_size(true);
+    sync_.set_join_step(nullptr);
+    sync_.set_scheduled_join_sync(nullptr);
   }
 
   int64_t num_iterations() const override {
@@ -198,15 +195,15 @@ class DDPJoinEpochContext : public TrainingEpochContext {
       throw EarlyTerminationError("Detected at least one rank that exhausted inputs. Throwing across all ranks.");
     }
     next_iteration_ = iteration + 1;
-    auto guard = std::make_unique<DDPJoinBatchGuard>(ddp_, sync_gradients);
+    auto guard = std::make_unique<NoSyncBatchGuard>(sync_, sync_gradients);
     if (logging_ && settings_.enable) logging_->open();
     if (padding(iteration)) {
-      // A padding micro-batch has no training_step: run DDP's forward
-      // sequence here so that its collectives match the other ranks'.
-      auto scope = watch(watchdog_, "DDP forward collectives (Join heartbeat, padding micro-batch)");
-      ddp_.pre_forward();
-      ddp_.shadow_forward();  // the forward (and backward) the others run: collective layers
-      ddp_.post_forward({zero_loss(module_, ddp_.device())}, /*prepare_for_backward=*/false);  // run_padding's
+      // A padding micro-batch has no training_step: run the gradient sync's
+      // forward sequence here so that its collectives match the other ranks'.
+      auto scope = watch(watchdog_, "forward collectives (Join heartbeat, padding micro-batch)");
+      sync_.before_forward();
+      sync_.shadow_forward();  // the forward (and backward) the others run: collective layers
+      sync_.after_forward({zero_loss(module_, sync_.join_device())});  // run_padding's
     }
     return guard;
   }
@@ -221,7 +218,7 @@ class DDPJoinEpochContext : public TrainingEpochContext {
   // from the watchdog thread, and from the store itself after finish().
   // Scheduled, the ranks agree on the step to stop at, as without Join.
   bool stop_requested(bool local) override {
-    return agree_stop(watchdog_, ddp_, local, module_.runtime().state, /*lockstep=*/!settings_.enable || scheduled_,
+    return agree_stop(watchdog_, sync_, local, module_.runtime().state, /*lockstep=*/!settings_.enable || scheduled_,
                       /*sync=*/finished_ || !settings_.enable || scheduled_);
   }
 
@@ -253,7 +250,7 @@ class DDPJoinEpochContext : public TrainingEpochContext {
   Strategy& strategy_;
   CollectiveWatchdog* watchdog_;
   LightningModule& module_;
-  DistributedDataParallel& ddp_;
+  GradientSync& sync_;
   JoinSettings settings_;
   std::unique_ptr<LoggingJoinable> logging_;
   std::unique_ptr<LoopJoinable> loop_;
@@ -278,14 +275,14 @@ int64_t join_num_iterations(int64_t num_batches, int64_t accumulate_grad_batches
   return (num_batches + k - 1) / k * k;
 }
 
-std::unique_ptr<TrainingEpochContext> make_no_sync_epoch_context(DDPEpochParts parts, LightningModule& module,
+std::unique_ptr<TrainingEpochContext> make_no_sync_epoch_context(EpochParts parts, LightningModule& module,
                                                                  const EpochPlan& plan) {
   return std::make_unique<NoSyncEpochContext>(plan, parts, module.runtime().state);
 }
 
-std::unique_ptr<TrainingEpochContext> make_join_epoch_context(DDPEpochParts parts, LightningModule& module,
+std::unique_ptr<TrainingEpochContext> make_join_epoch_context(EpochParts parts, LightningModule& module,
                                                               const EpochPlan& plan, const JoinSettings& settings) {
-  return std::make_unique<DDPJoinEpochContext>(plan, parts, module, settings);
+  return std::make_unique<JoinEpochContext>(plan, std::move(parts), module, settings);
 }
 
 }  // namespace lt

@@ -1,4 +1,4 @@
-#include <lightning_cpp/plugins/strategies/ddp/joinable_logging.h>
+#include <lightning_cpp/plugins/join/joinable_logging.h>
 
 #include <algorithm>
 #include <limits>

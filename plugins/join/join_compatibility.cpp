@@ -1,4 +1,4 @@
-#include <lightning_cpp/plugins/strategies/ddp/join_compatibility.h>
+#include <lightning_cpp/plugins/join/join_compatibility.h>
 
 #include <sstream>
 

@@ -1,4 +1,4 @@
-#include <lightning_cpp/plugins/strategies/ddp/collective_watchdog.h>
+#include <lightning_cpp/plugins/distributed/collective_watchdog.h>
 
 #include <algorithm>
 #include <cstdio>

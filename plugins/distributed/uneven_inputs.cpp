@@ -1,4 +1,4 @@
-#include <lightning_cpp/plugins/strategies/ddp/sharding.h>
+#include <lightning_cpp/plugins/distributed/uneven_inputs.h>
 
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/rank_zero.h>

@@ -1,0 +1,129 @@
+#pragma once
+// Options written once. An Options struct's fields are listed in a table, a
+// .def file of rows
+//
+//   LT_OPTION(type, name, default, "one-line doc", ({"yaml", "choices"}), valid when (of v), "valid text")
+//
+// included under different definitions of LT_OPTION (LLVM's PassRegistry.def):
+//   - in the struct: LT_OPTION_ARG makes the TORCH_ARG setter and getter;
+//   - in the registration: LT_OPTION_SCHEMA adds the YAML init arg, with the
+//     default read from a default-constructed struct and the doc, and
+//     LT_OPTION_READ sets the field from the validated init args;
+//   - in the constructor: LT_OPTION_CHECK throws lt::ValueError naming the
+//     option, its value and what is valid.
+// How a C++ type is a YAML value is OptionCodec<T>'s: bool, int64_t, double,
+// std::string ("" is YAML's null where the default is ""), durations (seconds
+// as a float), and enums with an OptionEnumNames<E> table.
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <lightning_cpp/core/check.h>
+#include <lightning_cpp/core/registry.h>
+
+namespace lt {
+
+// For an enum E: static constexpr std::pair<E, const char*> kNames[] = {...}, the YAML name of each value.
+template <typename E>
+struct OptionEnumNames;
+
+template <typename T, typename = void>
+struct OptionCodec;
+
+template <>
+struct OptionCodec<bool> {
+  static void add(ArgSchema& s, const char* name, bool d, const char* doc, std::vector<std::string>) {
+    s.add_bool(name, d, doc);
+  }
+  static bool read(const InitArgs& a, const char* name) { return a.get_bool(name); }
+  static std::string show(bool v) { return v ? "true" : "false"; }
+};
+
+template <>
+struct OptionCodec<int64_t> {
+  static void add(ArgSchema& s, const char* name, int64_t d, const char* doc, std::vector<std::string>) {
+    s.add_int(name, d, doc);
+  }
+  static int64_t read(const InitArgs& a, const char* name) { return a.get_int(name); }
+  static std::string show(int64_t v) { return std::to_string(v); }
+};
+
+template <>
+struct OptionCodec<double> {
+  static void add(ArgSchema& s, const char* name, double d, const char* doc, std::vector<std::string>) {
+    s.add_float(name, d, doc);
+  }
+  static double read(const InitArgs& a, const char* name) { return a.get_float(name); }
+  static std::string show(double v) { return c10::str(v); }
+};
+
+template <>
+struct OptionCodec<std::string> {
+  static void add(ArgSchema& s, const char* name, const std::string& d, const char* doc,
+                  std::vector<std::string> choices) {
+    s.add_string(name, d.empty() ? std::nullopt : std::optional<std::string>(d), doc, std::move(choices));
+  }
+  static std::string read(const InitArgs& a, const char* name) { return a.get_optional_string(name).value_or(""); }
+  static std::string show(const std::string& v) { return "'" + v + "'"; }
+};
+
+template <>
+struct OptionCodec<std::chrono::milliseconds> {
+  static void add(ArgSchema& s, const char* name, std::chrono::milliseconds d, const char* doc,
+                  std::vector<std::string>) {
+    s.add_float(name, static_cast<double>(d.count()) / 1000.0, doc);
+  }
+  static std::chrono::milliseconds read(const InitArgs& a, const char* name) {
+    return std::chrono::milliseconds(static_cast<int64_t>(a.get_float(name) * 1000.0));
+  }
+  static std::string show(std::chrono::milliseconds v) { return c10::str(static_cast<double>(v.count()) / 1000.0, " s"); }
+};
+
+template <typename E>
+struct OptionCodec<E, std::enable_if_t<std::is_enum_v<E>>> {
+  static const char* name_of(E v) {
+    for (const auto& [value, name] : OptionEnumNames<E>::kNames) {
+      if (value == v) return name;
+    }
+    return "?";
+  }
+  static void add(ArgSchema& s, const char* name, E d, const char* doc, std::vector<std::string>) {
+    std::vector<std::string> choices;
+    for (const auto& entry : OptionEnumNames<E>::kNames) choices.push_back(entry.second);
+    s.add_string(name, std::string(name_of(d)), doc, std::move(choices));
+  }
+  static E read(const InitArgs& a, const char* name) {
+    const std::string& given = a.get_string(name);  // one of the choices: the schema checked it
+    for (const auto& [value, entry_name] : OptionEnumNames<E>::kNames) {
+      if (given == entry_name) return value;
+    }
+    throw ValueError(c10::str(name, ": '", given, "' is not a valid value"));
+  }
+  static std::string show(E v) { return name_of(v); }
+};
+
+}  // namespace lt
+
+// In a struct: the field with its TORCH_ARG setter and getter.
+#define LT_OPTION_ARG(type, name, default_value, doc, choices, valid, valid_text) \
+  TORCH_ARG(type, name) = default_value;
+
+// With `schema` (an lt::ArgSchema) and `defaults` (a default-constructed struct) in scope.
+#define LT_OPTION_SCHEMA(type, name, default_value, doc, choices, valid, valid_text) \
+  ::lt::OptionCodec<type>::add(schema, #name, defaults.name(), doc, std::vector<std::string> choices);
+
+// With `args` (lt::InitArgs) and `options` (the struct being built) in scope.
+#define LT_OPTION_READ(type, name, default_value, doc, choices, valid, valid_text) \
+  options.name(::lt::OptionCodec<type>::read(args, #name));
+
+// With `options` (the struct) and `owner` (a prefix: "strategy ddp") in scope.
+#define LT_OPTION_CHECK(type, name, default_value, doc, choices, valid, valid_text)                             \
+  {                                                                                                            \
+    [[maybe_unused]] const type& v = options.name();                                                           \
+    LT_CHECK_VALUE((valid), owner, ": " #name " must be ", valid_text, ", got ", ::lt::OptionCodec<type>::show(v)); \
+  }

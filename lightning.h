@@ -1,0 +1,43 @@
+#pragma once
+// lightning-cpp for users: one include for everything a training program
+// writes against (docs/architecture.md lists the layers behind it).
+//
+//   #include <lightning_cpp/lightning.h>
+//
+//   struct Net : lt::LightningModule { ... };
+//   lt::Trainer trainer(lt::TrainerOptions().max_epochs(3).devices(2).strategy("ddp"));
+//   trainer.fit(std::make_shared<Net>(), std::make_shared<MyData>());
+//
+// Headers not reached from here (the Join machinery under plugins/join, the
+// distributed layer under plugins/distributed, DDP's Reducer wrapper) are for
+// those who write a strategy; a training program needs none of them.
+
+#include <lightning_cpp/callbacks/early_stopping.h>
+#include <lightning_cpp/callbacks/gradient_accumulation_scheduler.h>
+#include <lightning_cpp/callbacks/lambda_callback.h>
+#include <lightning_cpp/callbacks/lr_monitor.h>
+#include <lightning_cpp/callbacks/model_checkpoint.h>
+#include <lightning_cpp/callbacks/model_summary.h>
+#include <lightning_cpp/callbacks/progress_bar.h>
+#include <lightning_cpp/callbacks/timer.h>
+#include <lightning_cpp/cli/cli.h>
+#include <lightning_cpp/core/check.h>
+#include <lightning_cpp/core/checkpoint_io.h>
+#include <lightning_cpp/core/data_module.h>
+#include <lightning_cpp/core/lightning_module.h>
+#include <lightning_cpp/core/registry.h>
+#include <lightning_cpp/data/batch_sampler.h>
+#include <lightning_cpp/data/collate.h>
+#include <lightning_cpp/data/data_loader.h>
+#include <lightning_cpp/data/dataset.h>
+#include <lightning_cpp/data/distributed_sampler.h>
+#include <lightning_cpp/data/iterable_dataset.h>
+#include <lightning_cpp/data/sampler.h>
+#include <lightning_cpp/loggers/csv.h>
+#include <lightning_cpp/loggers/logger_collection.h>
+#include <lightning_cpp/loggers/tensorboard.h>
+#include <lightning_cpp/plugins/launchers/error_file.h>
+#include <lightning_cpp/plugins/precision/precision.h>
+#include <lightning_cpp/plugins/strategies/ddp/ddp.h>
+#include <lightning_cpp/plugins/strategies/single_device.h>
+#include <lightning_cpp/trainer/trainer.h>
