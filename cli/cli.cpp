@@ -300,8 +300,16 @@ const ArgSchema& trainer_schema() {
         .add_string("default_root_dir", d.default_root_dir(), "where logs and checkpoints go")
         .add_string("accelerator", d.accelerator(), "device type", {"cpu", "cuda", "auto"})
         .add_int("devices", d.devices(), "devices (processes) per node")
-        .add_int("num_nodes", d.num_nodes(), "nodes")
-        .add_string("on_nonfinite", "error", "NaN/inf loss or gradient", {"error", "skip_step", "ignore"})
+        .add_int("num_nodes", d.num_nodes(), "nodes");
+    // Aliases of the ddp strategy's init_args (see lift_strategy_aliases): its rows, null unless given.
+    for (const char* key : kStrategyAliases) {
+      ArgSpec alias = *ddp_strategy_schema().find(key);
+      alias.default_value = std::monostate{};
+      alias.nullable = true;
+      alias.doc = c10::str("alias of strategy ddp's init_args.", key);
+      schema.add(std::move(alias));
+    }
+    schema.add_string("on_nonfinite", "error", "NaN/inf loss or gradient", {"error", "skip_step", "ignore"})
         .add_string("profiler", std::nullopt, "time the loops and hooks (null: none)", {"simple", "pytorch", "torch"})
         .add_bool("handle_signals", d.handle_signals(), "SIGINT/SIGTERM: stop at the next step, write interrupted.ckpt")
         .add_int("log_every_n_steps", d.log_every_n_steps(), "logger interval in optimizer steps")
@@ -311,14 +319,6 @@ const ArgSchema& trainer_schema() {
                   "ddp: shard each loader by rank (false: loaders as given, e.g. per-rank data)")
         .add_bool("enable_checkpointing", true,
                   "add a ModelCheckpoint if none is configured (fit saves with it; ckpt_path best/last finds with it)");
-    // Aliases of the ddp strategy's init_args (see lift_strategy_aliases): its rows, null unless given.
-    for (const char* key : kStrategyAliases) {
-      ArgSpec alias = *ddp_strategy_schema().find(key);
-      alias.default_value = std::monostate{};
-      alias.nullable = true;
-      alias.doc = c10::str("alias of strategy ddp's init_args.", key);
-      schema.add(std::move(alias));
-    }
     return schema;
   }();
   return schema;

@@ -383,6 +383,7 @@ class FailingDDP : public lt::DDPStrategy {
   void step(const char* what) {
     if (!armed) return;
     ++steps;
+    if (fail_at_ == 0 && global_rank() == 0) std::printf("pre-run step %lld: %s\n", static_cast<long long>(steps), what);
     if (global_rank() == 1 && steps == fail_at_) {
       throw lt::Error(c10::str("injected failure in ", what, " (pre-run step ", steps, ")"));
     }
@@ -447,7 +448,13 @@ TEST(Watchdog, AFailureInEachPreRunCollectiveIsReportedOnEveryRank) {
   const auto at = clean.outputs[0].find("pre-run steps: ");
   ASSERT_NE(at, std::string::npos) << clean.outputs[0];
   const int steps = std::stoi(clean.outputs[0].substr(at + 15));
-  ASSERT_GE(steps, 5) << "prepare_data barrier, log folder, gradient sync set-up, balancing, Join check";
+  // The DataModule's prepare_data barrier, the log folder's agreement, the parameters' broadcast, the Join
+  // check's batch counts (join needs no balancing collective).
+  ASSERT_EQ(steps, 4) << clean.outputs[0];
+  for (const char* step : {"pre-run step 1: barrier prepare_data", "pre-run step 2: all_gather_bytes",
+                           "pre-run step 3: gradient sync set-up", "pre-run step 4: reduce"}) {
+    EXPECT_TRUE(contains(clean.outputs[0], step)) << clean.outputs[0];
+  }
   for (int n = 1; n <= steps; ++n) {
     options.env["LT_FAIL_AT"] = std::to_string(n);
     auto r = lt::testing::run_workers("PreRunFailure", 2, options);

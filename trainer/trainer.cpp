@@ -296,7 +296,14 @@ void Trainer::fit_stage(const std::shared_ptr<LightningModule>& module, const st
   LT_CHECK(module != nullptr, "Trainer: the module is null");
   // A worker torchrun restarted after a failure (--max_restarts) resumes from the newest checkpoint.
   const bool restarted = ckpt_path.empty() && env::get_int("TORCHELASTIC_RESTART_COUNT").value_or(0) > 0;
-  std::optional<SignalGuard> signals;  // outlives the run's failure path (an interrupted checkpoint)
+  // From the run's start: a SIGTERM while a peer's failure holds this rank in a
+  // pre-run collective waits for that collective's error and the report of
+  // every rank's part, as during training (a supervisor terminates the others
+  // when one worker fails). Outlives the failure path (an interrupted checkpoint).
+  // After the environment: a local spawn's supervisor forwards signals itself.
+  strategy_->setup_environment(options_);
+  std::optional<SignalGuard> signals;
+  if (options_.handle_signals()) signals.emplace();
   run_stage(module, Stage::kTrain, restarted ? "last" : ckpt_path, data, [&](Run& run, RunData& run_data) {
     std::shared_ptr<DataLoader>& train = run_data.loader;
     std::shared_ptr<DataLoader>& val = run_data.val;
@@ -318,7 +325,6 @@ void Trainer::fit_stage(const std::shared_ptr<LightningModule>& module, const st
         train->size() == DataLoader::kUnknownSize ? -1 : options_.limit_train_batches().apply(train->size());
     strategy_->check_features(features);
 
-    if (options_.handle_signals()) signals.emplace();
     run.hooks.call(&Callback::on_fit_start);
     module->on_fit_start();
     const std::string resume_from = resolve_ckpt_path(ckpt_path, run, restarted);

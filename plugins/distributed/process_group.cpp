@@ -136,19 +136,19 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_backend(const c10::intrusive_ptr<c10
 }  // namespace
 
 std::string resolve_process_group_backend(const std::string& requested, c10::DeviceType device,
-                                          const std::string& accelerator) {
+                                          const std::string& accelerator, const std::string& who) {
   const bool cuda = device == c10::DeviceType::CUDA;
   const std::string backend = requested.empty() ? (cuda ? "nccl" : "gloo") : requested;
   LT_CHECK_VALUE(backend == "gloo" || backend == "nccl",
-                 "strategy ddp: process_group_backend must be gloo or nccl, got '", backend, "'");
+                 who, ": process_group_backend must be gloo or nccl, got '", backend, "'");
   if (backend == "nccl") {
 #if !(defined(LT_WITH_NCCL) && LT_WITH_NCCL)
-    LT_CHECK_VALUE(false,
-                   "strategy ddp: process_group_backend nccl is not available in this build (LibTorch without CUDA, "
+    LT_CHECK_VALUE(false, who,
+                   ": process_group_backend nccl is not available in this build (LibTorch without CUDA, "
                    "or no NCCL headers when lightning-cpp was built); use gloo with accelerator cpu, or rebuild "
                    "against a CUDA LibTorch with NCCL");
 #endif
-    LT_CHECK_VALUE(cuda, "strategy ddp: process_group_backend nccl needs accelerator cuda, got accelerator '",
+    LT_CHECK_VALUE(cuda, who, ": process_group_backend nccl needs accelerator cuda, got accelerator '",
                    accelerator, "'");
   }
   return backend;

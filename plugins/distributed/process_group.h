@@ -27,9 +27,10 @@ namespace lt {
 class ClusterEnvironment;
 
 // "gloo" or "nccl": `requested`, or the device's default when empty. Throws
-// lt::ValueError when it is neither, or nccl is not built in or not on CUDA.
+// lt::ValueError, begun with `who` ("strategy ddp"), when it is neither, or
+// nccl is not built in or not on CUDA.
 std::string resolve_process_group_backend(const std::string& requested, c10::DeviceType device,
-                                          const std::string& accelerator);
+                                          const std::string& accelerator, const std::string& who);
 
 struct DistributedConnection {
   c10::intrusive_ptr<c10d::Store> store;  // prefixed for this group

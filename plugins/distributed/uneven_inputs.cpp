@@ -8,7 +8,8 @@
 
 namespace lt {
 
-bool shard_dataloader(DataLoader& loader, Stage stage, UnevenInputs uneven_inputs, int64_t rank, int64_t world_size) {
+bool shard_dataloader(DataLoader& loader, Stage stage, UnevenInputs uneven_inputs, int64_t rank, int64_t world_size,
+                      const std::string& who) {
   if (loader.is_stream()) {
     loader.set_stream_shard(StreamShard{rank, world_size});
     return true;
@@ -18,7 +19,7 @@ bool shard_dataloader(DataLoader& loader, Stage stage, UnevenInputs uneven_input
       loader.set_batch_sampler(std::move(mine));
       return true;
     }
-    rank_zero_warn("strategy ddp: the ", stage_name(stage),
+    rank_zero_warn(who, ": the ", stage_name(stage),
                    " loader has a custom batch sampler; it is used as is, so it must give each rank its own shard");
     return false;
   }
@@ -27,7 +28,7 @@ bool shard_dataloader(DataLoader& loader, Stage stage, UnevenInputs uneven_input
                            dynamic_cast<const RandomSampler*>(current) != nullptr ||
                            dynamic_cast<const DistributedSampler*>(current) != nullptr;
   if (!replaceable) {
-    rank_zero_warn("strategy ddp: the ", stage_name(stage),
+    rank_zero_warn(who, ": the ", stage_name(stage),
                    " loader has a custom sampler; it is used as is, so it must give each rank its own shard");
     return false;
   }

@@ -38,7 +38,9 @@ enum class UnevenInputs {
 
 // Replaces `loader`'s sampler with rank `rank`'s share of `world_size`; false when
 // the loader has a custom sampler, which is kept.
-bool shard_dataloader(DataLoader& loader, Stage stage, UnevenInputs uneven_inputs, int64_t rank, int64_t world_size);
+// `who` ("strategy ddp") begins its warnings.
+bool shard_dataloader(DataLoader& loader, Stage stage, UnevenInputs uneven_inputs, int64_t rank, int64_t world_size,
+                      const std::string& who);
 
 // Before training (collectives: one allreduce; kError adds an allgather when
 // the counts differ): kError throws lt::ValueError

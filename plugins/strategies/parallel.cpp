@@ -34,7 +34,7 @@ void ParallelStrategy::setup_environment(const TrainerOptions& options) {
   LT_CHECK_VALUE(options.num_nodes() >= 1, who(), ": num_nodes must be >= 1, got ", options.num_nodes());
   // Fail before launching anything.
   const std::string backend =
-      resolve_process_group_backend(settings.process_group_backend, options.device_type(), options.accelerator());
+      resolve_process_group_backend(settings.process_group_backend, options.device_type(), options.accelerator(), who());
   environment_ = select_cluster_environment();
   const int64_t expected = options.devices() * options.num_nodes();
   if (!environment_->creates_processes_externally()) {
@@ -174,7 +174,7 @@ void ParallelStrategy::process_dataloader(DataLoader& loader, Stage stage, const
   if (const auto* padded = dynamic_cast<const PaddedBatchSampler*>(loader.batch_sampler().get())) {
     loader.set_batch_sampler(padded->inner());
   }
-  if (options.use_distributed_sampler()) shard_dataloader(loader, stage, uneven_inputs, rank_, world_size_);
+  if (options.use_distributed_sampler()) shard_dataloader(loader, stage, uneven_inputs, rank_, world_size_, who());
   if (stage == Stage::kTrain) balance_training_loader(loader, uneven_inputs, *this, options.limit_train_batches());
 }
 

@@ -1630,6 +1630,60 @@ TEST(JoinMatrix, ThreeRanksStreamed) {
 
 TEST(JoinMatrix, FourRanks) { expect_workers_pass("JoinMatrix", 4, std::chrono::seconds(150)); }
 
+// A user's own per-iteration collective under uneven Join: a Joinable added
+// with ParallelStrategy::add_joinable, called after backward on the ranks
+// with data (the sum of their sample counts); its main hook shadows it with a
+// zero on a rank that ran out, after the gradient sync's main hook, so the
+// collectives keep matching. Without add_joinable rank 1 would wait alone.
+class SampleCounter : public lt::Joinable {
+ public:
+  explicit SampleCounter(c10::intrusive_ptr<c10d::ProcessGroup> pg) : pg_(std::move(pg)) {}
+  double count(double samples) { return allreduce_value(*pg_, samples); }
+  std::unique_ptr<lt::JoinHook> join_hook() override { return std::make_unique<Hook>(*this); }
+  torch::Device join_device() const override { return torch::kCPU; }
+  c10::intrusive_ptr<c10d::ProcessGroup> join_process_group() const override { return pg_; }
+  int64_t shadowed = 0;
+
+ private:
+  struct Hook : lt::JoinHook {
+    explicit Hook(SampleCounter& owner) : owner(owner) {}
+    void main_hook() override {
+      owner.count(0.0);
+      ++owner.shadowed;
+    }
+    SampleCounter& owner;
+  };
+  c10::intrusive_ptr<c10d::ProcessGroup> pg_;
+};
+
+LT_TEST_WORKER(ExtraJoinableUnderJoin) {
+  const int rank = env_int("RANK");
+  auto strategy = make_strategy();
+  strategy->setup_environment(base_options(strategy, 2));
+  auto counter = std::make_shared<SampleCounter>(strategy->process_group());
+  strategy->add_joinable(counter);
+  struct CountingNet : JoinNet {
+    void on_after_backward() override { sums.push_back(counter->count(static_cast<double>(kBatch))); }
+    std::shared_ptr<SampleCounter> counter;
+    std::vector<double> sums;
+  };
+  auto model = std::make_shared<CountingNet>();
+  model->counter = counter;
+  lt::Trainer trainer(base_options(strategy, 2));
+  trainer.fit(model, rank_loader(rank, rank == 0 ? 3 : 6));
+  const std::vector<double> expected = rank == 0 ? std::vector<double>(3, 2.0 * kBatch)
+                                                 : std::vector<double>{2.0 * kBatch, 2.0 * kBatch, 2.0 * kBatch,
+                                                                       1.0 * kBatch, 1.0 * kBatch, 1.0 * kBatch};
+  LT_WORKER_CHECK(model->sums == expected, "rank ", rank, ": the sums per iteration are ", c10::Join(", ", model->sums));
+  LT_WORKER_CHECK(counter->shadowed == (rank == 0 ? 3 : 0), "rank ", rank, " shadowed ", counter->shadowed,
+                  " iterations of the counter");
+  return 0;
+}
+
+TEST(JoinEpochContext, AJoinableAddedToTheStrategyIsShadowedByRanksThatRanOut) {
+  expect_workers_pass("ExtraJoinableUnderJoin", 2, std::chrono::seconds(60));
+}
+
 // The foundation's promise: a strategy that brings only its gradient sync
 // (~150 lines, tests/distributed/flat_allreduce_strategy.h) passes the join
 // matrix against the Python oracle, lockstep and pytorch mode, streamed too.
