@@ -274,98 +274,49 @@ std::shared_ptr<T> build_class(const ConfigNode& resolved, const std::string& pa
 
 const ArgSchema& trainer_schema() {
   static const ArgSchema schema = [] {
-    const TrainerOptions d;
-    auto foc = [](const FractionOrCount& v) -> ArgValue {
-      if (v.is_count()) return v.count();
-      return v.fraction();
-    };
-    ArgSchema schema;
-    schema.add_int("max_epochs", d.max_epochs(), "-1 with max_steps -1: 1000 epochs")
-        .add_int("max_steps", d.max_steps(), "optimizer steps; -1: unlimited")
-        .add_int("accumulate_grad_batches", d.accumulate_grad_batches(), "micro-batches per optimizer step")
-        .add_float("gradient_clip_val", d.gradient_clip_val(), "0: no clipping")
-        .add_string("gradient_clip_algorithm", "norm", "how to clip", {"norm", "value"})
-        .add_int_or_float("val_check_interval", foc(d.val_check_interval()), "fraction of an epoch or batch count")
-        .add_int("check_val_every_n_epoch", d.check_val_every_n_epoch(), "validate every n epochs")
-        .add_int_or_float("limit_train_batches", foc(d.limit_train_batches()), "fraction or count")
-        .add_int_or_float("limit_val_batches", foc(d.limit_val_batches()), "fraction or count")
-        .add_int_or_float("limit_test_batches", foc(d.limit_test_batches()), "fraction or count")
-        .add_int_or_float("limit_predict_batches", foc(d.limit_predict_batches()), "fraction or count")
-        .add_int("num_sanity_val_steps", d.num_sanity_val_steps(), "validation batches before fit; -1: all")
-        .add_int_or_bool("fast_dev_run", d.fast_dev_run(), "n batches of each loop, nothing written (true: 1)")
-        .add_int_or_float("overfit_batches", foc(d.overfit_batches()), "train and validate on this much data")
-        .add_bool("deterministic", d.deterministic(), "deterministic algorithms only")
-        .add_string("precision", d.precision(), "numeric precision",
-                    {"32-true", "64-true", "bf16-mixed", "16-mixed"})
-        .add_string("default_root_dir", d.default_root_dir(), "where logs and checkpoints go")
-        .add_string("accelerator", d.accelerator(), "device type", {"cpu", "cuda", "auto"})
-        .add_int("devices", d.devices(), "devices (processes) per node")
-        .add_int("num_nodes", d.num_nodes(), "nodes");
-    // Aliases of the ddp strategy's init_args (see lift_strategy_aliases): its rows, null unless given.
-    for (const char* key : kStrategyAliases) {
-      ArgSpec alias = *ddp_strategy_schema().find(key);
-      alias.default_value = std::monostate{};
-      alias.nullable = true;
-      alias.doc = c10::str("alias of strategy ddp's init_args.", key);
-      schema.add(std::move(alias));
+    ArgSchema table;
+    {
+      ArgSchema& schema = table;
+      const TrainerOptions defaults;
+#define LT_OPTION LT_OPTION_SCHEMA
+#define LT_OPTION_WITH LT_OPTION_WITH_SCHEMA
+#define LT_CPP_OPTION LT_CPP_OPTION_NONE
+#include <lightning_cpp/core/trainer_options.def>
+#undef LT_OPTION
+#undef LT_OPTION_WITH
+#undef LT_CPP_OPTION
     }
-    schema.add_string("on_nonfinite", "error", "NaN/inf loss or gradient", {"error", "skip_step", "ignore"})
-        .add_string("profiler", std::nullopt, "time the loops and hooks (null: none)", {"simple", "pytorch", "torch"})
-        .add_bool("handle_signals", d.handle_signals(), "SIGINT/SIGTERM: stop at the next step, write interrupted.ckpt")
-        .add_int("log_every_n_steps", d.log_every_n_steps(), "logger interval in optimizer steps")
-        .add_bool("enable_progress_bar", d.enable_progress_bar(), "add a ProgressBar if none is configured")
-        .add_bool("enable_model_summary", d.enable_model_summary(), "add a ModelSummary if none is configured")
-        .add_bool("use_distributed_sampler", d.use_distributed_sampler(),
-                  "ddp: shard each loader by rank (false: loaders as given, e.g. per-rank data)")
-        .add_bool("enable_checkpointing", true,
-                  "add a ModelCheckpoint if none is configured (fit saves with it; ckpt_path best/last finds with it)");
+    ArgSchema schema;
+    for (const ArgSpec& spec : table.specs()) {
+      schema.add(spec);
+      if (spec.name != "num_nodes") continue;
+      // Aliases of the ddp strategy's init_args (see lift_strategy_aliases): its rows, null unless given.
+      for (const char* key : kStrategyAliases) {
+        ArgSpec alias = *ddp_strategy_schema().find(key);
+        alias.default_value = std::monostate{};
+        alias.nullable = true;
+        alias.doc = c10::str("alias of strategy ddp's init_args.", key);
+        schema.add(std::move(alias));
+      }
+    }
+    // The CLI's own: Lightning's Trainer adds a ModelCheckpoint (the C++ Trainer leaves it to the user).
+    schema.add_bool("enable_checkpointing", true,
+                    "add a ModelCheckpoint if none is configured (fit saves with it; ckpt_path best/last finds with it)");
     return schema;
   }();
   return schema;
 }
 
-FractionOrCount to_foc(const ArgValue& v) {
-  if (const auto* i = std::get_if<int64_t>(&v)) return FractionOrCount(*i);
-  return FractionOrCount(std::get<double>(v));
-}
-
-TrainerOptions trainer_options_from(const InitArgs& a) {
-  TrainerOptions o;
-  if (const auto profiler = a.get_optional_string("profiler")) {
-    if (*profiler == "simple") o.profiler(std::make_shared<SimpleProfiler>());
-    else o.profiler(std::make_shared<TorchProfiler>());  // pytorch (Lightning's name) or torch
-  }
-  o.max_epochs(a.get_int("max_epochs"))
-      .max_steps(a.get_int("max_steps"))
-      .accumulate_grad_batches(a.get_int("accumulate_grad_batches"))
-      .gradient_clip_val(a.get_float("gradient_clip_val"))
-      .gradient_clip_algorithm(a.get_string("gradient_clip_algorithm") == "value" ? GradientClipAlgorithm::kValue
-                                                                                   : GradientClipAlgorithm::kNorm)
-      .val_check_interval(to_foc(a.get("val_check_interval")))
-      .check_val_every_n_epoch(a.get_int("check_val_every_n_epoch"))
-      .limit_train_batches(to_foc(a.get("limit_train_batches")))
-      .limit_val_batches(to_foc(a.get("limit_val_batches")))
-      .limit_test_batches(to_foc(a.get("limit_test_batches")))
-      .limit_predict_batches(to_foc(a.get("limit_predict_batches")))
-      .num_sanity_val_steps(a.get_int("num_sanity_val_steps"))
-      .fast_dev_run(a.get_int("fast_dev_run"))
-      .overfit_batches(to_foc(a.get("overfit_batches")))
-      .deterministic(a.get_bool("deterministic"))
-      .precision(a.get_string("precision"))
-      .default_root_dir(a.get_string("default_root_dir"))
-      .accelerator(a.get_string("accelerator"))
-      .devices(a.get_int("devices"))
-      .num_nodes(a.get_int("num_nodes"))
-      .log_every_n_steps(a.get_int("log_every_n_steps"))
-      .enable_progress_bar(a.get_bool("enable_progress_bar"))
-      .enable_model_summary(a.get_bool("enable_model_summary"));
-  o.handle_signals(a.get_bool("handle_signals"));
-  o.use_distributed_sampler(a.get_bool("use_distributed_sampler"));
-  const std::string& nonfinite = a.get_string("on_nonfinite");
-  o.on_nonfinite(nonfinite == "skip_step" ? NonFinitePolicy::kSkipStep
-                 : nonfinite == "ignore"  ? NonFinitePolicy::kIgnore
-                                          : NonFinitePolicy::kError);
-  return o;
+TrainerOptions trainer_options_from(const InitArgs& args) {
+  TrainerOptions options;
+#define LT_OPTION LT_OPTION_READ
+#define LT_OPTION_WITH LT_OPTION_WITH_READ
+#define LT_CPP_OPTION LT_CPP_OPTION_NONE
+#include <lightning_cpp/core/trainer_options.def>
+#undef LT_OPTION
+#undef LT_OPTION_WITH
+#undef LT_CPP_OPTION
+  return options;
 }
 
 // TrainerOptions::validate() names the key ("trainer.max_epochs must be ...");

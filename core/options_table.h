@@ -3,6 +3,8 @@
 // .def file of rows
 //
 //   LT_OPTION(type, name, default, "one-line doc", ({"yaml", "choices"}), valid when (of v), "valid text")
+//   LT_OPTION_WITH(codec, type, name, ...as above...)   a YAML form of its own (codec: add, read, show)
+//   LT_CPP_OPTION(type, name, default)                  C++ only (objects: callbacks, a logger)
 //
 // included under different definitions of LT_OPTION (LLVM's PassRegistry.def):
 //   - in the struct: LT_OPTION_ARG makes the TORCH_ARG setter and getter;
@@ -13,7 +15,10 @@
 //     option, its value and what is valid.
 // How a C++ type is a YAML value is OptionCodec<T>'s: bool, int64_t, double,
 // std::string ("" is YAML's null where the default is ""), durations (seconds
-// as a float), and enums with an OptionEnumNames<E> table.
+// as a float), FractionOrCount (an int or a float), and enums with an
+// OptionEnumNames<E> table. A .def file's includer defines LT_OPTION (and
+// LT_OPTION_WITH, LT_CPP_OPTION where the table has them) as one of the
+// modes below, includes it, and undefines them.
 
 #include <chrono>
 #include <cstdint>
@@ -21,10 +26,12 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/registry.h>
+#include <lightning_cpp/core/types.h>
 
 namespace lt {
 
@@ -84,6 +91,29 @@ struct OptionCodec<std::chrono::milliseconds> {
   static std::string show(std::chrono::milliseconds v) { return c10::str(static_cast<double>(v.count()) / 1000.0, " s"); }
 };
 
+template <>
+struct OptionCodec<FractionOrCount> {
+  static void add(ArgSchema& s, const char* name, const FractionOrCount& d, const char* doc,
+                  std::vector<std::string>) {
+    s.add_int_or_float(name, d.is_count() ? ArgValue(d.count()) : ArgValue(d.fraction()), doc);
+  }
+  static FractionOrCount read(const InitArgs& a, const char* name) {
+    const ArgValue& v = a.get(name);
+    if (const auto* i = std::get_if<int64_t>(&v)) return FractionOrCount(*i);
+    return FractionOrCount(std::get<double>(v));
+  }
+  static std::string show(const FractionOrCount& v) { return v.is_count() ? c10::str(v.count()) : c10::str(v.fraction()); }
+};
+
+// An integer, or YAML's true (1) and false (0): Lightning's fast_dev_run.
+struct OptionIntOrBool {
+  static void add(ArgSchema& s, const char* name, int64_t d, const char* doc, std::vector<std::string>) {
+    s.add_int_or_bool(name, d, doc);
+  }
+  static int64_t read(const InitArgs& a, const char* name) { return a.get_int(name); }
+  static std::string show(int64_t v) { return std::to_string(v); }
+};
+
 template <typename E>
 struct OptionCodec<E, std::enable_if_t<std::is_enum_v<E>>> {
   static const char* name_of(E v) {
@@ -112,18 +142,30 @@ struct OptionCodec<E, std::enable_if_t<std::is_enum_v<E>>> {
 // In a struct: the field with its TORCH_ARG setter and getter.
 #define LT_OPTION_ARG(type, name, default_value, doc, choices, valid, valid_text) \
   TORCH_ARG(type, name) = default_value;
+#define LT_OPTION_WITH_ARG(codec, type, name, default_value, doc, choices, valid, valid_text) \
+  TORCH_ARG(type, name) = default_value;
+#define LT_CPP_OPTION_ARG(type, name, default_value) TORCH_ARG(type, name) = default_value;
 
 // With `schema` (an lt::ArgSchema) and `defaults` (a default-constructed struct) in scope.
+#define LT_OPTION_WITH_SCHEMA(codec, type, name, default_value, doc, choices, valid, valid_text) \
+  codec::add(schema, #name, defaults.name(), doc, std::vector<std::string> choices);
 #define LT_OPTION_SCHEMA(type, name, default_value, doc, choices, valid, valid_text) \
-  ::lt::OptionCodec<type>::add(schema, #name, defaults.name(), doc, std::vector<std::string> choices);
+  LT_OPTION_WITH_SCHEMA(::lt::OptionCodec<type>, type, name, default_value, doc, choices, valid, valid_text)
 
 // With `args` (lt::InitArgs) and `options` (the struct being built) in scope.
+#define LT_OPTION_WITH_READ(codec, type, name, default_value, doc, choices, valid, valid_text) \
+  options.name(codec::read(args, #name));
 #define LT_OPTION_READ(type, name, default_value, doc, choices, valid, valid_text) \
-  options.name(::lt::OptionCodec<type>::read(args, #name));
+  LT_OPTION_WITH_READ(::lt::OptionCodec<type>, type, name, default_value, doc, choices, valid, valid_text)
 
-// With `options` (the struct) and `owner` (a prefix: "strategy ddp") in scope.
-#define LT_OPTION_CHECK(type, name, default_value, doc, choices, valid, valid_text)                             \
-  {                                                                                                            \
-    [[maybe_unused]] const type& v = options.name();                                                           \
-    LT_CHECK_VALUE((valid), owner, ": " #name " must be ", valid_text, ", got ", ::lt::OptionCodec<type>::show(v)); \
+// With `options` (the struct) and `owner` (what comes before the name: "strategy ddp: ", "trainer.") in scope.
+#define LT_OPTION_WITH_CHECK(codec, type, name, default_value, doc, choices, valid, valid_text)           \
+  {                                                                                                     \
+    [[maybe_unused]] const type& v = options.name();                                                    \
+    LT_CHECK_VALUE((valid), owner, #name " must be ", valid_text, ", got ", codec::show(v));           \
   }
+#define LT_OPTION_CHECK(type, name, default_value, doc, choices, valid, valid_text) \
+  LT_OPTION_WITH_CHECK(::lt::OptionCodec<type>, type, name, default_value, doc, choices, valid, valid_text)
+
+// What a C++-only row is in the YAML modes.
+#define LT_CPP_OPTION_NONE(type, name, default_value)

@@ -7,7 +7,7 @@ namespace lt {
 DDPStrategy::DDPStrategy(DDPStrategyOptions options) : options_(std::move(options)) {
   {
     const DDPStrategyOptions& options = options_;
-    const char* owner = "strategy ddp";
+    const char* owner = "strategy ddp: ";
 #define LT_OPTION LT_OPTION_CHECK
 #include <lightning_cpp/plugins/strategies/ddp/ddp_options.def>
 #undef LT_OPTION
