@@ -684,7 +684,8 @@ int execute(const std::string& subcommand, const std::vector<std::string>& confi
 
 }  // namespace
 
-int run(const std::vector<std::string>& args, Registry& registry, std::ostream& out, std::ostream& err) {
+int run(const std::vector<std::string>& args, Registry& registry, std::ostream& out, std::ostream& err,
+        const std::string& program) {
   try {
     for (const auto& path : plugin_args(args)) registry.load_plugin(path);
   } catch (const ValueError& e) {
@@ -692,7 +693,7 @@ int run(const std::vector<std::string>& args, Registry& registry, std::ostream& 
     return kExitConfigError;
   }
 
-  CLI::App app{"lightning-cpp: train, validate, test or predict from YAML configs", "lightning-cpp"};
+  CLI::App app{program + ": train, validate, test or predict from YAML configs", program};
   app.require_subcommand(1);
   app.footer(usage_footer(registry));
   std::vector<std::string> top_plugins;
@@ -717,7 +718,7 @@ int run(const std::vector<std::string>& args, Registry& registry, std::ostream& 
     s.app->footer(usage_footer(registry));
   }
 
-  std::vector<const char*> argv{"lightning-cpp"};
+  std::vector<const char*> argv{program.c_str()};
   for (const auto& a : args) argv.push_back(a.c_str());
   try {
     app.parse(static_cast<int>(argv.size()), argv.data());
@@ -758,7 +759,8 @@ int run(const std::vector<std::string>& args, Registry& registry, std::ostream& 
 
 int main(int argc, char** argv, Registry& registry) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  return run(args, registry, std::cout, std::cerr);
+  const std::string program = argc > 0 ? fs::path(argv[0]).filename().string() : "lightning-cpp";
+  return run(args, registry, std::cout, std::cerr, program);
 }
 
 }  // namespace lt::cli

@@ -42,7 +42,9 @@ enum ExitCode : int { kExitOk = 0, kExitFailure = 1, kExitConfigError = 2 };
 
 int main(int argc, char** argv, Registry& registry);
 // `args` without the program name; output goes to `out` and `err`.
-int run(const std::vector<std::string>& args, Registry& registry, std::ostream& out, std::ostream& err);
+// `program`: the name --help shows (main passes its argv[0]'s file name).
+int run(const std::vector<std::string>& args, Registry& registry, std::ostream& out, std::ostream& err,
+        const std::string& program = "lightning-cpp");
 
 // -- the pieces, for tests and programs that embed the CLI ------------------------------
 

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include <lightning_cpp/core/check.h>
+
 namespace lt {
 
 const char* stage_name(Stage stage) {
@@ -67,6 +69,15 @@ std::ostream& operator<<(std::ostream& out, const HParam& hparam) {
 
 std::string FractionOrCount::str() const {
   return is_count_ ? std::to_string(count_) : std::to_string(fraction_);
+}
+
+double Metrics::at(const std::string& name) const {
+  const auto it = find(name);
+  if (it != end()) return it->second;
+  std::string names;
+  for (const auto& entry : *this) names += (names.empty() ? "" : ", ") + entry.first;
+  throw ValueError(c10::str("no metric '", name, "' was logged; the metrics are: ",
+                            names.empty() ? std::string("none (nothing logged with on_epoch)") : names));
 }
 
 }  // namespace lt

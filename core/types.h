@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <map>
+#include <utility>
 #include <ostream>
 #include <string>
 #include <type_traits>
@@ -83,6 +84,18 @@ class FractionOrCount {
   int64_t count_ = 0;
   double fraction_ = 1.0;
   bool is_count_ = false;
+};
+
+// What Trainer::validate and test return: the logged metrics by name. A
+// lookup of a name that was not logged throws lt::ValueError naming the ones
+// that were (a std::map's operator[] would insert 0).
+class Metrics : public std::map<std::string, double> {
+ public:
+  Metrics() = default;
+  Metrics(std::map<std::string, double> metrics)  // NOLINT: what the loops return
+      : std::map<std::string, double>(std::move(metrics)) {}
+  double at(const std::string& name) const;
+  double operator[](const std::string& name) const { return at(name); }
 };
 
 }  // namespace lt

@@ -19,8 +19,10 @@
 // get() is called by one thread at a time for a loader (the loop's); the
 // Dataset's get/get_batch are called from several worker threads at once.
 
+#include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -85,6 +87,32 @@ class DataLoader {
   // Batch `batch_idx` of the current epoch. With workers, logically const:
   // it only moves the prefetch window.
   Batch get(int64_t batch_idx) const;
+  // for (const lt::Batch& batch : loader): the current epoch's batches in
+  // order (set_epoch picks the epoch), as get(0), get(1)... until has_batch
+  // says the epoch ended (over a stream, where it ends).
+  class Iterator {
+   public:
+    using iterator_category = std::input_iterator_tag;
+    using value_type = Batch;
+    using difference_type = std::ptrdiff_t;
+    using pointer = const Batch*;
+    using reference = Batch;
+    Iterator(const DataLoader* loader, int64_t batch_idx) : loader_(loader), batch_idx_(batch_idx) {}
+    Batch operator*() const { return loader_->get(batch_idx_); }
+    Iterator& operator++() {
+      ++batch_idx_;
+      return *this;
+    }
+    // Only against end(): whether this one has reached the epoch's end.
+    bool operator!=(const Iterator& /*end*/) const { return loader_ != nullptr && loader_->has_batch(batch_idx_); }
+    bool operator==(const Iterator& end) const { return !(*this != end); }
+
+   private:
+    const DataLoader* loader_;
+    int64_t batch_idx_;
+  };
+  Iterator begin() const { return Iterator(this, 0); }
+  Iterator end() const { return Iterator(nullptr, 0); }
   // The dataset indices of batch `batch_idx` (Lightning's batch_indices).
   std::vector<int64_t> batch_indices(int64_t batch_idx) const;
   // Drops the prefetched batches and joins the worker threads; the next get()

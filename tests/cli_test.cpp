@@ -396,6 +396,18 @@ TEST_F(CliTest, ProgramRunsFashionMnistConfig) {
   EXPECT_EQ(WEXITSTATUS(std::system((std::string(LT_FASHION_MNIST_CLI) + " fit -c bad.yaml 2>/dev/null").c_str())), 2);
 }
 
+// A user's program built on lt::cli::main names itself in --help, not lightning-cpp.
+TEST_F(CliTest, AUsersProgramNamesItselfInHelp) {
+  const std::string cmd = std::string(LT_FASHION_MNIST_CLI) + " --help > help.txt 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  std::ifstream f(dir_ / "help.txt");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  EXPECT_NE(ss.str().find("fashion_mnist_cli: train, validate, test or predict from YAML configs"), std::string::npos)
+      << ss.str();
+  EXPECT_EQ(ss.str().find("lightning-cpp: train"), std::string::npos) << ss.str();
+}
+
 TEST_F(CliTest, DdpConfigResolves) {
   lt::examples::register_fashion_mnist(registry_);
   if (!registry_.contains<lt::Strategy>("ddp")) GTEST_SKIP() << "the ddp strategy is not registered in this build";

@@ -142,6 +142,27 @@ TEST_F(DataLoaderWorkersTest, SameBatchesInTheSameOrderAsWithoutWorkers) {
   }
 }
 
+// for (const lt::Batch& batch : loader) gives the epoch's batches, as get(i) does, with workers too.
+TEST_F(DataLoaderWorkersTest, RangeForGivesTheEpochsBatchesInOrder) {
+  auto tensors = std::make_shared<lt::TensorDataset>(torch::randn({37, 2}), torch::arange(37));
+  const auto base = lt::DataLoaderOptions(4).shuffle(true).seed(5);
+  lt::DataLoader reference(tensors, base);
+  for (int64_t workers : {0, 2}) {
+    auto options = base;
+    lt::DataLoader loader(tensors, options.num_workers(workers));
+    for (int64_t epoch = 0; epoch < 2; ++epoch) {
+      reference.set_epoch(epoch);
+      loader.set_epoch(epoch);
+      int64_t i = 0;
+      for (const lt::Batch& batch : loader) {
+        expect_same_batch(batch, reference.get(i), c10::str("workers ", workers, ", epoch ", epoch, ", batch ", i));
+        ++i;
+      }
+      EXPECT_EQ(i, reference.size()) << "workers " << workers;
+    }
+  }
+}
+
 TEST_F(DataLoaderWorkersTest, JumpsRestartTheWindowAtTheRequestedBatch) {
   auto ds = std::make_shared<RecordingDataset>(40);
   lt::DataLoader reference(ds, lt::DataLoaderOptions(4).shuffle(true).seed(1));

@@ -394,6 +394,10 @@ class FailingDDP : public lt::DDPStrategy {
 LT_TEST_WORKER(PreRunFailure) {
   struct Data : lt::DataModule {
     void prepare_data() override {}
+    void setup(lt::Stage) override {
+      std::printf("data module: rank %lld of %lld\n", static_cast<long long>(global_rank()),
+                  static_cast<long long>(world_size()));
+    }
     std::shared_ptr<lt::DataLoader> train_dataloader() override {
       return std::make_shared<lt::DataLoader>(
           std::make_shared<lt::TensorDataset>(torch::randn({16, 2}), torch::randn({16, 1})), lt::DataLoaderOptions(4));
@@ -445,6 +449,9 @@ TEST(Watchdog, AFailureInEachPreRunCollectiveIsReportedOnEveryRank) {
   options.env = {{"LT_FAIL_AT", "0"}, {"LT_DIR", dir.path.string()}};
   auto clean = lt::testing::run_workers("PreRunFailure", 2, options);
   ASSERT_TRUE(clean.ok()) << clean.summary();
+  // A DataModule learns its rank before setup (per-rank data).
+  EXPECT_TRUE(contains(clean.outputs[0], "data module: rank 0 of 2")) << clean.outputs[0];
+  EXPECT_TRUE(contains(clean.outputs[1], "data module: rank 1 of 2")) << clean.outputs[1];
   const auto at = clean.outputs[0].find("pre-run steps: ");
   ASSERT_NE(at, std::string::npos) << clean.outputs[0];
   const int steps = std::stoi(clean.outputs[0].substr(at + 15));

@@ -276,6 +276,41 @@ TEST_F(TrainerTest, EpochMetricsAreBatchSizeWeightedMeans) {
   EXPECT_DOUBLE_EQ(metrics.at("value"), (1.0 * 4 + 4.0 * 2) / 6);
 }
 
+// validate() and test() return lt::Metrics: a name that was not logged is an error naming the ones that were,
+// not a 0 inserted by std::map's operator[].
+TEST_F(TrainerTest, MetricsLookupOfAnUnloggedNameNamesTheLoggedOnes) {
+  auto model = std::make_shared<Regressor>();
+  lt::Trainer trainer(lt::TrainerOptions().enable_progress_bar(false).default_logger(false));
+  const lt::Metrics metrics = trainer.validate(model, loader(regression_data(8), 4));
+  EXPECT_EQ(metrics["val_loss"], metrics.at("val_loss"));
+  try {
+    (void)metrics["val_los"];
+    FAIL() << "no error for an unlogged name";
+  } catch (const lt::ValueError& e) {
+    EXPECT_EQ(std::string(e.what()), "no metric 'val_los' was logged; the metrics are: val_loss");
+  }
+  EXPECT_EQ(metrics.size(), 1u);
+}
+
+// TORCH_MODULE(Net) users hand the holder to every stage.
+class HeldRegressorImpl : public Regressor {
+ public:
+  void test_step(const Batch& batch, int64_t) override {
+    log("test_loss", torch::mse_loss(forward(batch.data), batch.target));
+  }
+  torch::Tensor predict_step(const Batch& batch, int64_t) override { return forward(batch.data); }
+};
+TORCH_MODULE(HeldRegressor);
+
+TEST_F(TrainerTest, ModuleHolderWorksForEveryStage) {
+  HeldRegressor model;
+  lt::Trainer trainer(lt::TrainerOptions().max_epochs(1).enable_progress_bar(false).default_logger(false));
+  trainer.fit(model, loader(regression_data(8), 4));
+  EXPECT_EQ(trainer.validate(model, loader(regression_data(8), 4)).count("val_loss"), 1u);
+  EXPECT_EQ(trainer.test(model, loader(regression_data(8), 4)).count("test_loss"), 1u);
+  EXPECT_EQ(trainer.predict(model, loader(regression_data(8), 4)).size(), 2u);
+}
+
 TEST_F(TrainerTest, StepAndEpochLoggingNames) {
   class Both : public Regressor {
    public:

@@ -258,6 +258,10 @@ void Trainer::end(Run& run) {
   state_.stage = Stage::kNone;
 }
 
+void Trainer::place(DataModule& data) const {
+  data.set_ranks(strategy_->global_rank(), strategy_->local_rank(), strategy_->world_size());
+}
+
 void Trainer::run_stage(const std::shared_ptr<LightningModule>& module, Stage stage, const std::string& ckpt_path,
                         const std::function<RunData()>& data, const std::function<void(Run&, RunData&)>& body) {
   LT_CHECK(module != nullptr, "Trainer: the module is null");
@@ -278,6 +282,7 @@ void Trainer::fit(const std::shared_ptr<LightningModule>& module, const std::sha
                   const std::string& ckpt_path) {
   LT_CHECK(data != nullptr, "Trainer::fit: the data module is null");
   fit_stage(module, [this, data] {
+    place(*data);
     // Data preparation once per node, which the other ranks wait for.
     if (strategy_->local_rank() == 0) data->prepare_data();
     strategy_->barrier("prepare_data");
@@ -362,7 +367,7 @@ void Trainer::fail(Run* run, const std::exception& caught) {
   }
 }
 
-std::map<std::string, double> Trainer::evaluate(const std::shared_ptr<LightningModule>& module,
+Metrics Trainer::evaluate(const std::shared_ptr<LightningModule>& module,
                                                 const std::function<RunData()>& data, Stage stage,
                                                 const std::string& ckpt_path) {
   std::map<std::string, double> metrics;
@@ -380,31 +385,33 @@ std::map<std::string, double> Trainer::evaluate(const std::shared_ptr<LightningM
   return metrics;
 }
 
-std::map<std::string, double> Trainer::validate(const std::shared_ptr<LightningModule>& module,
+Metrics Trainer::validate(const std::shared_ptr<LightningModule>& module,
                                                 const std::shared_ptr<DataModule>& data,
                                                 const std::string& ckpt_path) {
   LT_CHECK(data != nullptr, "Trainer::validate: the data module is null");
-  return evaluate(module, [data] {
+  return evaluate(module, [this, data] {
+    place(*data);
     data->setup(Stage::kValidate);
     return RunData{data->val_dataloader(), nullptr, {}};
   }, Stage::kValidate, ckpt_path);
 }
 
-std::map<std::string, double> Trainer::validate(const std::shared_ptr<LightningModule>& module,
+Metrics Trainer::validate(const std::shared_ptr<LightningModule>& module,
                                                 std::shared_ptr<DataLoader> val, const std::string& ckpt_path) {
   return evaluate(module, [&] { return RunData{val, nullptr, {}}; }, Stage::kValidate, ckpt_path);
 }
 
-std::map<std::string, double> Trainer::test(const std::shared_ptr<LightningModule>& module,
+Metrics Trainer::test(const std::shared_ptr<LightningModule>& module,
                                             const std::shared_ptr<DataModule>& data, const std::string& ckpt_path) {
   LT_CHECK(data != nullptr, "Trainer::test: the data module is null");
-  return evaluate(module, [data] {
+  return evaluate(module, [this, data] {
+    place(*data);
     data->setup(Stage::kTest);
     return RunData{data->test_dataloader(), nullptr, {}};
   }, Stage::kTest, ckpt_path);
 }
 
-std::map<std::string, double> Trainer::test(const std::shared_ptr<LightningModule>& module,
+Metrics Trainer::test(const std::shared_ptr<LightningModule>& module,
                                             std::shared_ptr<DataLoader> test, const std::string& ckpt_path) {
   return evaluate(module, [&] { return RunData{test, nullptr, {}}; }, Stage::kTest, ckpt_path);
 }
@@ -412,7 +419,8 @@ std::map<std::string, double> Trainer::test(const std::shared_ptr<LightningModul
 std::vector<torch::Tensor> Trainer::predict(const std::shared_ptr<LightningModule>& module,
                                             const std::shared_ptr<DataModule>& data, const std::string& ckpt_path) {
   LT_CHECK(data != nullptr, "Trainer::predict: the data module is null");
-  return predict_stage(module, [data] {
+  return predict_stage(module, [this, data] {
+    place(*data);
     data->setup(Stage::kPredict);
     return RunData{data->predict_dataloader(), nullptr, {}};
   }, ckpt_path);

@@ -38,23 +38,35 @@ class Trainer {
   void fit(const std::shared_ptr<LightningModule>& module, std::shared_ptr<DataLoader> train,
            std::shared_ptr<DataLoader> val = nullptr, const std::string& ckpt_path = {});
   // ckpt_path: the weights to evaluate (a path, "last" or "best"); empty: the module's own.
-  std::map<std::string, double> validate(const std::shared_ptr<LightningModule>& module,
+  Metrics validate(const std::shared_ptr<LightningModule>& module,
                                          const std::shared_ptr<DataModule>& data, const std::string& ckpt_path = {});
-  std::map<std::string, double> validate(const std::shared_ptr<LightningModule>& module,
+  Metrics validate(const std::shared_ptr<LightningModule>& module,
                                          std::shared_ptr<DataLoader> val, const std::string& ckpt_path = {});
-  std::map<std::string, double> test(const std::shared_ptr<LightningModule>& module,
+  Metrics test(const std::shared_ptr<LightningModule>& module,
                                      const std::shared_ptr<DataModule>& data, const std::string& ckpt_path = {});
-  std::map<std::string, double> test(const std::shared_ptr<LightningModule>& module, std::shared_ptr<DataLoader> test,
+  Metrics test(const std::shared_ptr<LightningModule>& module, std::shared_ptr<DataLoader> test,
                                      const std::string& ckpt_path = {});
   std::vector<torch::Tensor> predict(const std::shared_ptr<LightningModule>& module,
                                      const std::shared_ptr<DataModule>& data, const std::string& ckpt_path = {});
   std::vector<torch::Tensor> predict(const std::shared_ptr<LightningModule>& module,
                                      std::shared_ptr<DataLoader> loader, const std::string& ckpt_path = {});
 
-  // ModuleHolder overloads (TORCH_MODULE(Foo) users).
+  // ModuleHolder overloads (TORCH_MODULE(Foo) users), for every stage.
   template <typename Impl, typename... Rest>
   auto fit(const torch::nn::ModuleHolder<Impl>& holder, Rest&&... rest) {
     return fit(std::static_pointer_cast<LightningModule>(holder.ptr()), std::forward<Rest>(rest)...);
+  }
+  template <typename Impl, typename... Rest>
+  auto validate(const torch::nn::ModuleHolder<Impl>& holder, Rest&&... rest) {
+    return validate(std::static_pointer_cast<LightningModule>(holder.ptr()), std::forward<Rest>(rest)...);
+  }
+  template <typename Impl, typename... Rest>
+  auto test(const torch::nn::ModuleHolder<Impl>& holder, Rest&&... rest) {
+    return test(std::static_pointer_cast<LightningModule>(holder.ptr()), std::forward<Rest>(rest)...);
+  }
+  template <typename Impl, typename... Rest>
+  auto predict(const torch::nn::ModuleHolder<Impl>& holder, Rest&&... rest) {
+    return predict(std::static_pointer_cast<LightningModule>(holder.ptr()), std::forward<Rest>(rest)...);
   }
 
   // -- what callbacks and users read -------------------------------------------
@@ -105,6 +117,8 @@ class Trainer {
   // setup (begin), `body`; a failure on any rank goes through fail().
   void run_stage(const std::shared_ptr<LightningModule>& module, Stage stage, const std::string& ckpt_path,
                  const std::function<RunData()>& data, const std::function<void(Run&, RunData&)>& body);
+  // Tells a DataModule its ranks (after the environment is set up).
+  void place(DataModule& data) const;
   std::unique_ptr<Run> begin(const std::shared_ptr<LightningModule>& module, Stage stage,
                              const std::string& ckpt_path);
   void end(Run& run);
@@ -118,7 +132,7 @@ class Trainer {
   // In the constructor: fast_dev_run's and overfit_batches' limits; the progress bar and model summary.
   void apply_debug_modes();
   void add_default_callbacks();
-  std::map<std::string, double> evaluate(const std::shared_ptr<LightningModule>& module,
+  Metrics evaluate(const std::shared_ptr<LightningModule>& module,
                                          const std::function<RunData()>& data, Stage stage,
                                          const std::string& ckpt_path);
   std::vector<torch::Tensor> predict_stage(const std::shared_ptr<LightningModule>& module,

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -238,6 +239,9 @@ void supervise_local_spawn(int64_t num_processes, const LocalSpawnOptions& optio
     }
     workers.push_back(std::move(spec));
   }
+  // What this process printed before (buffered when piped) comes before the launch line.
+  std::fflush(stdout);
+  std::cout.flush();
   if (one_node) {
     std::fprintf(stderr, "lightning-cpp: strategy ddp: launching %lld worker processes (store %s/store)\n",
                  static_cast<long long>(num_processes), store_dir.c_str());
