@@ -26,6 +26,7 @@
 #include <lightning_cpp/core/data_module.h>
 #include <lightning_cpp/core/lightning_module.h>
 #include <lightning_cpp/core/registry.h>
+#include <lightning_cpp/core/signals.h>
 #include <lightning_cpp/data/batch_sampler.h>
 #include <lightning_cpp/data/collate.h>
 #include <lightning_cpp/data/data_loader.h>

@@ -14,6 +14,7 @@
 #include <lightning_cpp/core/files.h>
 #include <lightning_cpp/core/profiler.h>
 #include <lightning_cpp/core/rank_zero.h>
+#include <lightning_cpp/core/signals.h>
 #include <lightning_cpp/core/registry.h>
 #include <lightning_cpp/loggers/logger_collection.h>
 #include <lightning_cpp/loops/fit_loop.h>
@@ -736,6 +737,18 @@ int run(const std::vector<std::string>& args, Registry& registry, std::ostream& 
     const auto input_error = [&] { return files_written() == written_before ? kExitConfigError : kExitFailure; };
     try {
       return execute(s.app->get_name(), s.configs, s.app->remaining(), s.plugins, s.print_config, registry, out);
+    } catch (const Interrupted& e) {
+      // Stopped on request: not a failure. Rank 0 says how to resume.
+      err << program << ": " << e.what() << "\n";
+      if (!e.checkpoint().empty() && rank_zero_env_rank() == 0) {
+        err << program << ": to resume: " << program << " " << s.app->get_name();
+        for (const auto& config : s.configs) err << " -c " << config;
+        for (const auto& extra : s.app->remaining()) {
+          if (extra.rfind("--ckpt_path", 0) != 0) err << " " << extra;
+        }
+        err << " --ckpt_path=" << e.checkpoint() << "\n";
+      }
+      return kExitStoppedOnRequest;
     } catch (const JoinCompatibilityError& e) {
       // Every rank refuses alike before the first step: where each rank
       // prints its own error, rank 0 prints the list and the others a line.

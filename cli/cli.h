@@ -38,6 +38,7 @@ class FitLoop;
 
 namespace lt::cli {
 
+// 3: stopped on request (a signal), resumable from the checkpoint it names (core/signals.h).
 enum ExitCode : int { kExitOk = 0, kExitFailure = 1, kExitConfigError = 2 };
 
 int main(int argc, char** argv, Registry& registry);

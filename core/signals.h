@@ -2,20 +2,31 @@
 // Graceful stop on SIGINT/SIGTERM/SIGHUP (what a launcher forwards to its workers):
 // the first signal asks the training loop to stop at the next optimizer-step
 // boundary, after which the Trainer calls on_exception, rank 0 writes
-// <default_root_dir>/interrupted.ckpt and fit throws lt::Interrupted. A second
-// signal ends the process at once with exit code 128 + signal.
+// <default_root_dir>/interrupted.ckpt and fit throws lt::Interrupted, whose
+// message says where the checkpoint is and how to resume. A second signal
+// ends the process at once with exit code 128 + signal.
 
 #include <lightning_cpp/core/check.h>
 
 namespace lt {
 
+// A program whose fit was stopped on request (a signal) exits with this code:
+// nothing failed, and the same command with ckpt_path set to the checkpoint
+// the message names resumes the run. lightning-cpp's command, the examples
+// and a local spawn's supervisor (when every rank stopped so) exit with it.
+constexpr int kExitStoppedOnRequest = 3;
+
 class Interrupted : public Error {
  public:
-  Interrupted(const std::string& what, int signal) : Error(what), signal_(signal) {}
+  Interrupted(const std::string& what, int signal, std::string checkpoint = {})
+      : Error(what), signal_(signal), checkpoint_(std::move(checkpoint)) {}
   int signal() const { return signal_; }
+  // The checkpoint written on the way out (rank 0 writes it; every rank names it); empty if none.
+  const std::string& checkpoint() const { return checkpoint_; }
 
  private:
   int signal_;
+  std::string checkpoint_;
 };
 
 // Installs the handlers for its lifetime and restores the previous ones after.

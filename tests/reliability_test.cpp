@@ -222,7 +222,11 @@ TEST(Signals, SigtermStopsAtTheStepBoundaryAndCheckpoints) {
     FAIL() << "expected lt::Interrupted";
   } catch (const lt::Interrupted& e) {
     EXPECT_EQ(e.signal(), SIGTERM);
-    EXPECT_STREQ(e.what(), "training interrupted by signal 15 at epoch 0, global step 3");
+    // Where the run is and how to resume it: a stop on request, not a failure.
+    const std::string ckpt = (fs::absolute(dir.path) / "interrupted.ckpt").lexically_normal().string();
+    EXPECT_EQ(e.checkpoint(), ckpt);
+    EXPECT_EQ(std::string(e.what()), "training interrupted by signal 15 at epoch 0, global step 3; stopped on request: " +
+                                         ckpt + " holds the run; resume it with ckpt_path=" + ckpt);
   }
   EXPECT_EQ(signal_cb->exception, "training interrupted by signal 15 at epoch 0, global step 3");
   auto ckpt = lt::pickle_load_file((dir.path / "interrupted.ckpt").string()).toGenericDict();
@@ -644,7 +648,8 @@ LT_TEST_WORKER(SpawnedSlowRun) {
     }
   } catch (const lt::Interrupted& e) {
     std::ofstream(dir / ("stopped" + lt::testing::env_str("RANK"))) << trainer.state().global_step;
-    return 0;
+    std::fprintf(stderr, "%s\n", e.what());
+    return lt::kExitStoppedOnRequest;  // as the examples do
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fit failed: %s\n", e.what());
     return 1;
@@ -727,7 +732,14 @@ TEST_P(SignalToLauncher, EveryRankStopsAtOneStepAndRankZeroCheckpoints) {
   TempDir dir;
   auto r = supervise(dir.path, GetParam(), [](pid_t supervisor, int) { kill(supervisor, SIGTERM); });
   ASSERT_TRUE(r.exited_in_time) << r.output;
-  EXPECT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << r.output;
+  EXPECT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == lt::kExitStoppedOnRequest) << r.output;
+  // A stop on request, said as one: every rank names the checkpoint, the supervisor the exit code.
+  EXPECT_NE(r.output.find("lightning-cpp: strategy ddp: stopped on request"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("exited with code"), std::string::npos) << r.output;
+  const std::string resume = "resume it with ckpt_path=" + (fs::absolute(dir.path) / "interrupted.ckpt").string();
+  const size_t first = r.output.find(resume);
+  EXPECT_NE(first, std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(resume, first + 1), std::string::npos) << "each rank names it\n" << r.output;
   const int64_t step0 = read_step(dir.path / "stopped0"), step1 = read_step(dir.path / "stopped1");
   EXPECT_GT(step0, 3) << r.output;
   EXPECT_EQ(step0, step1) << "the ranks stopped at different steps";
@@ -754,7 +766,8 @@ TEST_P(SignalToLauncher, ResumedFromInterruptedCkptEqualsAnUninterruptedRun) {
   const fs::path stopped = dir.path / "stopped", resumed = dir.path / "resumed", straight = dir.path / "straight";
   for (const auto& d : {stopped, resumed, straight}) fs::create_directories(d);
   auto r = supervise(stopped, GetParam(), [](pid_t supervisor, int) { kill(supervisor, SIGTERM); });
-  ASSERT_TRUE(r.exited_in_time && WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << r.output;
+  ASSERT_TRUE(r.exited_in_time && WIFEXITED(r.status) && WEXITSTATUS(r.status) == lt::kExitStoppedOnRequest)
+      << r.output;
   const int64_t step = read_step(stopped / "stopped0");
   auto ckpt = lt::pickle_load_file((stopped / "interrupted.ckpt").string()).toGenericDict();
   const int64_t per_epoch = 8, max_epochs = 12;
@@ -795,7 +808,7 @@ TEST(Signals, OneCtrlCOnATerminalStopsALocalSpawnGracefully) {
       dir.path, "join", [](pid_t, int terminal) { ASSERT_EQ(::write(terminal, "\x03", 1), 1); },
       /*on_terminal=*/true);
   ASSERT_TRUE(r.exited_in_time) << r.output;
-  EXPECT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << r.output;
+  EXPECT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == lt::kExitStoppedOnRequest) << r.output;
   const int64_t step0 = read_step(dir.path / "stopped0"), step1 = read_step(dir.path / "stopped1");
   EXPECT_GT(step0, 3) << r.output;
   EXPECT_EQ(step0, step1) << "the ranks stopped at different steps";
@@ -808,7 +821,7 @@ TEST(Signals, SighupStopsGracefullyAndRemovesTheRendezvousDirectory) {
   TempDir dir;
   auto r = supervise(dir.path, "join", [](pid_t supervisor, int) { kill(supervisor, SIGHUP); });
   ASSERT_TRUE(r.exited_in_time) << r.output;
-  EXPECT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << r.output;
+  EXPECT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == lt::kExitStoppedOnRequest) << r.output;
   EXPECT_EQ(read_step(dir.path / "stopped0"), read_step(dir.path / "stopped1"));
   EXPECT_TRUE(fs::exists(dir.path / "interrupted.ckpt")) << r.output;
   const size_t at = r.output.find("(store ");

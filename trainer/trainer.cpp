@@ -347,22 +347,31 @@ void Trainer::fail(Run* run, const std::exception& caught) {
   try {
     std::rethrow_exception(strategy_->on_exception(caught));
   } catch (const std::exception& e) {
+    const auto* interrupted = dynamic_cast<const Interrupted*>(&e);
+    std::string checkpoint;  // written on a stop on request
     if (run != nullptr) {
       run->hooks.call(&Callback::on_exception, e);
-      const bool interrupted = dynamic_cast<const Interrupted*>(&e) != nullptr;
-      if (interrupted && run->stage == Stage::kTrain && options_.fast_dev_run() == 0) {
+      if (interrupted != nullptr && run->stage == Stage::kTrain && options_.fast_dev_run() == 0) {
         // Every rank left the loop at the same step boundary, so the
         // checkpoint's collectives (barrier) are safe here.
         std::filesystem::create_directories(options_.default_root_dir());
-        save_checkpoint((std::filesystem::path(options_.default_root_dir()) / "interrupted.ckpt").string());
+        checkpoint = std::filesystem::absolute(fs::path(options_.default_root_dir()) / "interrupted.ckpt")
+                         .lexically_normal()
+                         .string();
+        save_checkpoint(checkpoint);
       }
-      if (run->ctx.logger != nullptr) run->ctx.logger->finalize(interrupted ? "interrupted" : "failed");
+      if (run->ctx.logger != nullptr) run->ctx.logger->finalize(interrupted != nullptr ? "interrupted" : "failed");
       if (run->ctx.profiler != nullptr) run->ctx.profiler->teardown(run->stage);  // what ran until the failure
     }
     strategy_->teardown();
     if (module_ != nullptr) module_->detach();
     module_ = nullptr;
     state_.stage = Stage::kNone;
+    if (!checkpoint.empty()) {
+      throw Interrupted(c10::str(e.what(), "; stopped on request: ", checkpoint,
+                                 " holds the run; resume it with ckpt_path=", checkpoint),
+                        interrupted->signal(), checkpoint);
+    }
     throw;
   }
 }

@@ -10,6 +10,7 @@
 #include <string>
 
 #include <lightning_cpp/core/check.h>
+#include <lightning_cpp/core/signals.h>
 #include <lightning_cpp/loggers/csv.h>
 #include <lightning_cpp/loggers/logger_collection.h>
 #include <lightning_cpp/loggers/tensorboard.h>
@@ -53,6 +54,10 @@ int main(int argc, char** argv) {
       std::printf("%s test accuracy: %.4f (test loss %.4f)\n", cnn ? "CNN" : "MLP", metrics["test_acc"],
                   metrics["test_loss"]);
     }
+  } catch (const lt::Interrupted& e) {
+    // A signal stopped training: nothing failed; the message names the checkpoint to resume from.
+    std::fprintf(stderr, "%s\n", e.what());
+    return lt::kExitStoppedOnRequest;
   } catch (const lt::ValueError& e) {
     lt::report_failure(std::cerr, e.what());
     return 2;

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include <lightning_cpp/core/check.h>
+#include <lightning_cpp/core/signals.h>
 #include <lightning_cpp/data/sampler.h>
 #include <lightning_cpp/plugins/launchers/error_file.h>
 #include <lightning_cpp/plugins/strategies/ddp/ddp.h>
@@ -197,6 +198,10 @@ int main(int argc, char** argv) {
     if (command == "train") return train(dir, devices, epochs, accumulate, workers);
     std::cerr << usage;
     return 2;
+  } catch (const lt::Interrupted& e) {
+    // A signal stopped training: nothing failed; the message names the checkpoint to resume from.
+    std::fprintf(stderr, "%s\n", e.what());
+    return lt::kExitStoppedOnRequest;
   } catch (const lt::ValueError& e) {
     lt::report_failure(std::cerr, e.what());
     return 2;

@@ -118,6 +118,10 @@ int main(int argc, char** argv) {
       std::printf("training batches per rank: %s\n", per_rank.c_str());
       std::printf("sequence test accuracy: %.4f\n", metrics["test_acc"]);
     }
+  } catch (const lt::Interrupted& e) {
+    // A signal stopped training: nothing failed; the message names the checkpoint to resume from.
+    std::fprintf(stderr, "%s\n", e.what());
+    return lt::kExitStoppedOnRequest;
   } catch (const lt::ValueError& e) {
     lt::report_failure(std::cerr, e.what());
     return 2;

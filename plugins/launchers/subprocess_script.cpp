@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -140,7 +141,9 @@ std::vector<WorkerExit> launch_and_wait(const std::vector<WorkerSpec>& workers, 
         --alive;
         if (WIFEXITED(status)) exits[i].exit_code = WEXITSTATUS(status);
         if (WIFSIGNALED(status)) exits[i].signal = WTERMSIG(status);
-        if (!exits[i].ok() && !kill_at && !exits[i].terminated) {
+        // A rank that stopped on request is not a failure: the others stop at the same step, one of them
+        // may still be writing the checkpoint.
+        if (!exits[i].ok() && !exits[i].stopped_on_request() && !kill_at && !exits[i].terminated) {
           for (size_t j = 0; j < pids.size(); ++j) exits[j].terminated = running[j];
           terminate_all(SIGTERM);
           kill_at = Clock::now() + options.grace;
@@ -273,7 +276,7 @@ void supervise_local_spawn(int64_t num_processes, const LocalSpawnOptions& optio
   int code = 0;
   for (size_t local = 0; local < exits.size() && code == 0; ++local) {
     const WorkerExit& e = exits[local];
-    if (e.ok() || e.terminated) continue;
+    if (e.ok() || e.stopped_on_request() || e.terminated) continue;
     const auto rank = static_cast<long long>(global_rank(local));
     std::fprintf(stderr, "lightning-cpp: strategy ddp: rank %lld of %lld %s", rank,
                  static_cast<long long>(num_processes * options.num_nodes), e.describe().c_str());
@@ -290,6 +293,14 @@ void supervise_local_spawn(int64_t num_processes, const LocalSpawnOptions& optio
   // something did.
   for (const WorkerExit& e : exits) {
     if (code == 2 && e.signal == 0 && e.exit_code == 1) code = 1;
+  }
+  // Every rank that did not finish stopped on request: so did the run.
+  if (code == 0 && std::any_of(exits.begin(), exits.end(), [](const WorkerExit& e) { return e.stopped_on_request(); })) {
+    std::fprintf(stderr,
+                 "lightning-cpp: strategy ddp: stopped on request; the workers' last lines name the checkpoint and "
+                 "how to resume (exit code %d)\n",
+                 kExitStoppedOnRequest);
+    code = kExitStoppedOnRequest;
   }
   std::fflush(stderr);
   std::fflush(stdout);

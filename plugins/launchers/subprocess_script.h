@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <lightning_cpp/core/signals.h>
+
 namespace lt {
 
 struct WorkerSpec {
@@ -26,6 +28,8 @@ struct WorkerExit {
   bool timed_out = false; // still running at the timeout, then killed
   bool terminated = false; // killed by the supervisor because another worker failed
   bool ok() const { return signal == 0 && exit_code == 0 && !timed_out; }
+  // Its fit stopped on request (a signal; core/signals.h): not a failure.
+  bool stopped_on_request() const { return signal == 0 && exit_code == kExitStoppedOnRequest && !timed_out; }
   std::string describe() const;
 };
 
