@@ -101,8 +101,16 @@ void ProgressBar::draw(const Trainer& trainer, int64_t done, int64_t total, bool
 
 void ProgressBar::on_train_batch_end(Trainer& trainer, LightningModule&, const torch::Tensor&, const Batch&,
                                      int64_t batch_idx) {
+  redraw(trainer, batch_idx + 1);
+}
+
+void ProgressBar::on_after_optimizer_step(Trainer& trainer, LightningModule&) {
+  redraw(trainer, trainer.state().epoch_iteration);
+}
+
+void ProgressBar::redraw(const Trainer& trainer, int64_t done) {
   if (!enabled_ || !tty_) return;
-  const int64_t done = batch_idx + 1, total = trainer.state().num_training_batches;
+  const int64_t total = trainer.state().epoch_length;
   // Redrawing costs a write; at thousands of it/s, at most ~10 redraws a second.
   const auto now = Clock::now();
   if (done % options_.refresh_rate() != 0 && done != total) return;
@@ -113,7 +121,8 @@ void ProgressBar::on_train_batch_end(Trainer& trainer, LightningModule&, const t
 
 void ProgressBar::on_train_epoch_end(Trainer& trainer, LightningModule&) {
   if (!enabled_) return;
-  draw(trainer, trainer.state().num_training_batches, trainer.state().num_training_batches, true);
+  // The iterations the epoch ran (all of them, or up to a stop), of the epoch's length.
+  draw(trainer, trainer.state().epoch_iteration, trainer.state().epoch_length, true);
 }
 
 void ProgressBar::on_test_end(Trainer& trainer, LightningModule&) {

@@ -42,6 +42,9 @@ class ProgressBar : public Callback {
   void on_train_epoch_start(Trainer& trainer, LightningModule& module) override;
   void on_train_batch_end(Trainer& trainer, LightningModule& module, const torch::Tensor& loss, const Batch& batch,
                           int64_t batch_idx) override;
+  // After each optimizer step, on a rank that ran out of data (lockstep Join) too:
+  // the bar counts the epoch's iterations, the longest rank's.
+  void on_after_optimizer_step(Trainer& trainer, LightningModule& module) override;
   void on_train_epoch_end(Trainer& trainer, LightningModule& module) override;
   void on_test_end(Trainer& trainer, LightningModule& module) override;
 
@@ -55,6 +58,8 @@ class ProgressBar : public Callback {
   std::string metrics_str(const Trainer& trainer) const;
   size_t columns() const;
   void draw(const Trainer& trainer, int64_t done, int64_t total, bool final);
+  // Draws `done` of the epoch's length, at most ~10 times a second.
+  void redraw(const Trainer& trainer, int64_t done);
 
   ProgressBarOptions options_;
   bool tty_ = false;

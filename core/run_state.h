@@ -22,7 +22,10 @@ struct RunState {
   // saves it and a resumed run starts its epoch there (resume_iteration).
   int64_t epoch_iteration = 0;
   int64_t resume_iteration = 0;
-  int64_t num_training_batches = 0;
+  int64_t num_training_batches = 0;  // this rank's (-1: a stream's, until its end)
+  // The current training epoch's iterations as every rank counts them: this
+  // rank's batches, or under Join the longest rank's (-1: unknown, a stream's).
+  int64_t epoch_length = 0;
   int64_t skipped_steps = 0;  // optimizer steps skipped for non-finite gradients
   bool should_stop = false;
   int interrupted_by = 0;  // the signal that stopped the run, if any (core/signals.h)

@@ -101,6 +101,7 @@ void TrainingEpochLoop::run(LoopContext& ctx, DataLoader& train, DataLoader* val
   epoch = ctx.strategy.training_epoch_context(
       ctx.module, EpochPlan{n, k, start, optimization.joined_step(ctx), iteration_end, stops_after});
   length = epoch->epoch_length();
+  ctx.state.epoch_length = length;
   val_every = val_check_batch(ctx.options, length);
   // A stream's end: no batch `it` (or the count limit): n = it. Asked one
   // batch ahead, so that the last batch is known as such (it ends the
@@ -110,6 +111,7 @@ void TrainingEpochLoop::run(LoopContext& ctx, DataLoader& train, DataLoader* val
     n = it;
     ctx.state.num_training_batches = n;
     epoch->set_num_batches(n);
+    ctx.state.epoch_length = epoch->epoch_length();
   };
   Batch first;
   bool stopped = false;

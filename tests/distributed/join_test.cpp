@@ -1680,6 +1680,27 @@ LT_TEST_WORKER(ExtraJoinableUnderJoin) {
   return 0;
 }
 
+// The progress bar on the rank that ran out of data (rank 0: 3 of the longest rank's 6 batches) counts the
+// epoch's iterations, which it keeps stepping through in lockstep: 6/6, not 3/3.
+LT_TEST_WORKER(ProgressUnderJoin) {
+  const int rank = env_int("RANK");
+  auto strategy = make_strategy();
+  lt::Trainer trainer(base_options(strategy, 2).enable_progress_bar(true).enable_model_summary(false));
+  trainer.fit(std::make_shared<JoinNet>(), rank_loader(rank, rank == 0 ? 3 : 6));
+  LT_WORKER_CHECK(trainer.state().epoch_length == 6 && trainer.state().epoch_iteration == 6, "rank ", rank,
+                  ": epoch_length ", trainer.state().epoch_length, ", epoch_iteration ", trainer.state().epoch_iteration);
+  return 0;
+}
+
+TEST(JoinEpochContext, TheProgressBarOfARankThatRanOutCountsTheLongestRanksIterations) {
+  WorkerOptions options;
+  options.timeout = std::chrono::seconds(60);
+  auto r = run_workers("ProgressUnderJoin", 2, options);
+  ASSERT_TRUE(r.ok()) << r.summary();
+  EXPECT_NE(r.outputs[0].find("Epoch 0: 6/6 batches"), std::string::npos) << r.outputs[0];
+  EXPECT_EQ(r.outputs[0].find("Epoch 0: 3/3"), std::string::npos) << r.outputs[0];
+}
+
 TEST(JoinEpochContext, AJoinableAddedToTheStrategyIsShadowedByRanksThatRanOut) {
   expect_workers_pass("ExtraJoinableUnderJoin", 2, std::chrono::seconds(60));
 }
