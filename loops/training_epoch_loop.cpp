@@ -93,13 +93,25 @@ void TrainingEpochLoop::run(LoopContext& ctx, DataLoader& train, DataLoader* val
       run_validation(ctx, *val);
     }
   };
+  // The step's metrics to the logger at a window's end, every log_every_n_steps.
+  auto log_step = [&](bool window_end) {
+    const auto step_metrics = results.take_step_metrics(true);
+    if (window_end && ctx.state.global_step % ctx.options.log_every_n_steps() == 0) ctx.log_metrics(step_metrics);
+  };
+  // A rank that joined logs what the ranks still training logged (the logging
+  // joinable recorded their reduced values), as an even run would; windows
+  // are aligned on multiples of k under Join.
+  auto joined_iteration_end = [&](int64_t it) {
+    log_step((it + 1) % k == 0 && ctx.state.global_step != last_step);  // lockstep: it stepped with them
+    iteration_end(it);
+  };
   std::unique_ptr<TrainingEpochContext> epoch;
   auto stops_after = [&](bool window_end) {
     return max_steps_reached(ctx) || ctx.state.should_stop ||
            (window_end && epoch->stop_requested(interrupt_signal() != 0));
   };
   epoch = ctx.strategy.training_epoch_context(
-      ctx.module, EpochPlan{n, k, start, optimization.joined_step(ctx), iteration_end, stops_after});
+      ctx.module, EpochPlan{n, k, start, optimization.joined_step(ctx), joined_iteration_end, stops_after});
   length = epoch->epoch_length();
   ctx.state.epoch_length = length;
   val_every = val_check_batch(ctx.options, length);
@@ -155,9 +167,9 @@ void TrainingEpochLoop::run(LoopContext& ctx, DataLoader& train, DataLoader* val
         ctx.hooks.call(&Callback::on_train_batch_end, loss, batch, it);
         ctx.module.on_train_batch_end(loss, batch, it);
       }
-      const auto step_metrics = results.take_step_metrics(true);
-      if (window_end && ctx.state.global_step % ctx.options.log_every_n_steps() == 0) ctx.log_metrics(step_metrics);
     }
+    // A padding micro-batch logs what the ranks with data logged (join/joinable_logging.h).
+    log_step(window_end);
     guard.reset();
     iteration_end(it);
     // Under a strategy that pads, stopping early leaves this rank's

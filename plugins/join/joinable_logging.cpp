@@ -23,7 +23,7 @@ torch::Tensor allreduce(c10d::ProcessGroup& pg, torch::Tensor t, c10d::ReduceOp:
 class LoggingJoinHook : public JoinHook {
  public:
   explicit LoggingJoinHook(LoggingJoinable& owner) : owner_(owner) {}
-  void main_hook() override { owner_.reduce({}, /*shadowing=*/true, /*all_active=*/false); }
+  void main_hook() override { owner_.shadow(/*all_active=*/false); }
 
  private:
   LoggingJoinable& owner_;
@@ -50,12 +50,23 @@ void LoggingJoinable::flush(bool padding, bool all_active) {
   open_ = false;
   std::vector<ResultCollection::PendingSync> pending;
   pending.swap(pending_);
-  const std::vector<double> reduced = reduce(pending, /*shadowing=*/padding && pending.empty(), all_active);
+  if (padding && pending.empty()) {
+    shadow(all_active);
+    return;
+  }
+  const std::vector<double> reduced = *reduce(pending, /*shadowing=*/false, all_active);
   for (size_t i = 0; i < pending.size(); ++i) results_.record_synced(pending[i], reduced[i]);
+  if (!pending.empty()) last_logged_ = std::move(pending);
 }
 
-std::vector<double> LoggingJoinable::reduce(const std::vector<ResultCollection::PendingSync>& pending,
-                                            bool shadowing, bool all_active) {
+void LoggingJoinable::shadow(bool all_active) {
+  if (const auto reduced = reduce(last_logged_, /*shadowing=*/true, all_active)) {
+    for (size_t i = 0; i < last_logged_.size(); ++i) results_.record_synced(last_logged_[i], (*reduced)[i]);
+  }
+}
+
+std::optional<std::vector<double>> LoggingJoinable::reduce(const std::vector<ResultCollection::PendingSync>& pending,
+                                                           bool shadowing, bool all_active) {
   constexpr double kInf = std::numeric_limits<double>::infinity();
   const auto dopts = torch::TensorOptions().dtype(torch::kDouble).device(device_);
   std::vector<size_t> sums;
@@ -76,8 +87,10 @@ std::vector<double> LoggingJoinable::reduce(const std::vector<ResultCollection::
     count = std::max<int64_t>(0, header) / kMaxValues;
     extreme_count = std::max<int64_t>(0, header) % kMaxValues;
   }
+  // Shadowing: the values are the keys'' only if the active ranks logged as many.
+  const bool matched = !shadowing || (count == n && extreme_count == m);
   std::vector<double> out(pending.size(), 0.0);
-  if (count + extreme_count == 0) return out;
+  if (count + extreme_count == 0) return matched ? std::optional<std::vector<double>>(out) : std::nullopt;
   // 2. Sums, and which rank has which value: [v_1..v_N, c_1..c_N, e_1..e_M, active].
   torch::Tensor payload = torch::zeros({2 * count + extreme_count + 1}, dopts);
   if (!shadowing) {
@@ -96,7 +109,7 @@ std::vector<double> LoggingJoinable::reduce(const std::vector<ResultCollection::
   LT_CHECK(agree, "log(sync_dist=true) under Join: the active ranks logged different numbers of synced values in "
            "one micro-batch (up to ", count, " sum/mean and ", extreme_count, " min/max values); every rank must log "
            "the same keys in training_step");
-  for (int64_t j = 0; j < n; ++j) {
+  for (int64_t j = 0; j < n && matched; ++j) {
     const double total = payload[j].item<double>();
     const double ranks = payload[count + j].item<double>();
     out[sums[j]] = pending[sums[j]].options.reduce_fx() == ReduceOp::kMean ? total / ranks : total;
@@ -109,11 +122,12 @@ std::vector<double> LoggingJoinable::reduce(const std::vector<ResultCollection::
       extreme[j] = p.options.reduce_fx() == ReduceOp::kMax ? p.value : -p.value;
     }
     extreme = allreduce(*process_group_, extreme, c10d::ReduceOp::MAX);
-    for (int64_t j = 0; j < m; ++j) {
+    for (int64_t j = 0; j < m && matched; ++j) {
       const double v = extreme[j].item<double>();
       out[extremes[j]] = pending[extremes[j]].options.reduce_fx() == ReduceOp::kMax ? v : -v;
     }
   }
+  if (!matched) return std::nullopt;
   return out;
 }
 

@@ -22,7 +22,14 @@
 //   3. if M > 0: allreduce MAX of [v or -v]; a joined rank sends -inf.
 // A sync_dist log outside a micro-batch (e.g. in on_train_batch_end) cannot
 // be shadowed by a joined rank and is refused with an error.
+//
+// A rank shadowing a micro-batch (joined, or padding) gets the active ranks'
+// reduced values too. Every active rank logs the same keys (2. checks it), so
+// where their counts are those of the last micro-batch this rank logged
+// itself, it records the values under those keys: the logging rank's metrics
+// go on while it is joined, with the values of the ranks that still train.
 
+#include <optional>
 #include <vector>
 
 #include <lightning_cpp/core/result_collection.h>
@@ -54,14 +61,20 @@ class LoggingJoinable : public Joinable, public ResultCollection::DeferredSync {
  private:
   friend class LoggingJoinHook;
   // The collectives of one micro-batch (shadowing: a joined rank's, with
-  // neutral values). Returns the reduced values in the order of `pending`.
-  std::vector<double> reduce(const std::vector<ResultCollection::PendingSync>& pending, bool shadowing,
-                             bool all_active);
+  // neutral values, `pending` the keys it expects). Returns the reduced values
+  // in the order of `pending`, or nothing when shadowing and the active ranks'
+  // counts are not those of `pending`.
+  std::optional<std::vector<double>> reduce(const std::vector<ResultCollection::PendingSync>& pending,
+                                            bool shadowing, bool all_active);
+  // A shadowed micro-batch: the active ranks' values under last_logged_'s keys.
+  void shadow(bool all_active);
 
   ResultCollection& results_;
   c10::intrusive_ptr<c10d::ProcessGroup> process_group_;
   torch::Device device_;
   std::vector<ResultCollection::PendingSync> pending_;
+  // The keys (and options) of the last micro-batch this rank logged itself.
+  std::vector<ResultCollection::PendingSync> last_logged_;
   bool open_ = false;
 };
 

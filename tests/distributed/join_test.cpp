@@ -26,6 +26,7 @@
 #include <lightning_cpp/callbacks/model_checkpoint.h>
 #include <lightning_cpp/callbacks/timer.h>
 #include <lightning_cpp/core/rank_zero.h>
+#include <lightning_cpp/loggers/csv.h>
 #include <lightning_cpp/plugins/join/join.h>
 #include <lightning_cpp/plugins/layer_sync/sync_batch_norm.h>
 #include <lightning_cpp/plugins/precision/precision.h>
@@ -1681,21 +1682,65 @@ LT_TEST_WORKER(ExtraJoinableUnderJoin) {
 }
 
 // The progress bar on the rank that ran out of data (rank 0: 3 of the longest rank's 6 batches) counts the
-// epoch's iterations, which it keeps stepping through in lockstep: 6/6, not 3/3.
+// epoch's iterations, which it keeps stepping through in lockstep: 6/6, not 3/3. Its metrics.csv (rank 0
+// logs) has a train_loss row for each of the 6 steps, the last 3 the value rank 1 alone logged.
 LT_TEST_WORKER(ProgressUnderJoin) {
   const int rank = env_int("RANK");
   auto strategy = make_strategy();
-  lt::Trainer trainer(base_options(strategy, 2).enable_progress_bar(true).enable_model_summary(false));
-  trainer.fit(std::make_shared<JoinNet>(), rank_loader(rank, rank == 0 ? 3 : 6));
+  auto csv = std::make_shared<lt::CSVLogger>(lt::CSVLoggerOptions(env_str("LT_OUT")).flush_logs_every_n_steps(1));
+  lt::Trainer trainer(base_options(strategy, 2).enable_progress_bar(true).enable_model_summary(false).logger(csv));
+  struct Recording : JoinNet {
+    torch::Tensor training_step(const lt::Batch& batch, int64_t batch_idx) override {
+      torch::Tensor loss = JoinNet::training_step(batch, batch_idx);
+      losses.push_back(loss.item<double>());
+      return loss;
+    }
+    std::vector<double> losses;
+  };
+  auto model = std::make_shared<Recording>();
+  trainer.fit(model, rank_loader(rank, rank == 0 ? 3 : 6));
   LT_WORKER_CHECK(trainer.state().epoch_length == 6 && trainer.state().epoch_iteration == 6, "rank ", rank,
                   ": epoch_length ", trainer.state().epoch_length, ", epoch_iteration ", trainer.state().epoch_iteration);
+  // Rank 1's own losses of its last 3 batches, to rank 0.
+  const torch::Tensor tail = strategy->broadcast(
+      rank == 1 ? torch::tensor(std::vector<double>(model->losses.end() - 3, model->losses.end()), torch::kDouble)
+                : torch::zeros({3}, torch::kDouble),
+      1);
+  if (rank != 0) return 0;
+  std::ifstream in(csv->log_dir() + "/metrics.csv");
+  std::string line;
+  std::getline(in, line);  // the header
+  const std::vector<std::string> columns = [&] {
+    std::vector<std::string> out;
+    std::stringstream ss(line);
+    for (std::string c; std::getline(ss, c, ',');) out.push_back(c);
+    return out;
+  }();
+  const auto column = std::find(columns.begin(), columns.end(), "train_loss") - columns.begin();
+  std::vector<double> logged;
+  while (std::getline(in, line)) {
+    std::vector<std::string> cells;
+    std::stringstream ss(line);
+    for (std::string c; std::getline(ss, c, ',');) cells.push_back(c);
+    if (static_cast<size_t>(column) < cells.size() && !cells[column].empty()) logged.push_back(std::stod(cells[column]));
+  }
+  LT_WORKER_CHECK(logged.size() == 6, "rank 0 logged train_loss ", logged.size(), " times in 6 steps: ",
+                  c10::Join(", ", logged));
+  for (int i = 0; i < 3; ++i) {
+    LT_WORKER_CHECK(std::abs(logged[3 + i] - tail[i].item<double>()) < 1e-6, "step ", 4 + i, ": logged ",
+                    logged[3 + i], ", rank 1 alone logged ", tail[i].item<double>());
+  }
   return 0;
 }
 
 TEST(JoinEpochContext, TheProgressBarOfARankThatRanOutCountsTheLongestRanksIterations) {
   WorkerOptions options;
   options.timeout = std::chrono::seconds(60);
+  const auto out = std::filesystem::temp_directory_path() / ("lt_progress_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(out);
+  options.env["LT_OUT"] = out.string();
   auto r = run_workers("ProgressUnderJoin", 2, options);
+  std::filesystem::remove_all(out);
   ASSERT_TRUE(r.ok()) << r.summary();
   EXPECT_NE(r.outputs[0].find("Epoch 0: 6/6 batches"), std::string::npos) << r.outputs[0];
   EXPECT_EQ(r.outputs[0].find("Epoch 0: 3/3"), std::string::npos) << r.outputs[0];
