@@ -7,3 +7,5 @@
 void configure_ddp() {
   // @SNIPPET@
 }
+
+int main() {}  // built only: see the comment at the top

@@ -5,3 +5,5 @@
 void configure_precision() {
   // @SNIPPET@
 }
+
+int main() {}  // built only: see the comment at the top
