@@ -25,6 +25,7 @@
 #include <lightning_cpp/core/checkpoint_io.h>
 #include <lightning_cpp/core/data_module.h>
 #include <lightning_cpp/core/lightning_module.h>
+#include <lightning_cpp/core/rank_zero.h>
 #include <lightning_cpp/core/registry.h>
 #include <lightning_cpp/core/signals.h>
 #include <lightning_cpp/data/batch_sampler.h>

@@ -18,12 +18,7 @@ include_guard(GLOBAL)
 
 set(LIGHTNING_CPP_PCH_HEADERS
   <torch/torch.h>
-  <lightning_cpp/trainer/trainer.h>
-  <lightning_cpp/callbacks/early_stopping.h>
-  <lightning_cpp/callbacks/model_checkpoint.h>
-  <lightning_cpp/data/data_loader.h>
-  <lightning_cpp/data/dataset.h>
-  <lightning_cpp/plugins/strategies/ddp.h>
+  <lightning_cpp/lightning.h>
   CACHE STRING "Headers lightning_cpp_precompile_headers() precompiles")
 
 function(lightning_cpp_precompile_headers target)

@@ -1,7 +1,7 @@
 // docs/distributed.md's strategy options, as the body of a function (built, not run).
 #include <chrono>
 
-#include <lightning_cpp/plugins/strategies/ddp.h>
+#include <lightning_cpp/plugins/strategies/ddp/ddp.h>
 #include <lightning_cpp/trainer/trainer.h>
 
 void configure_ddp() {

@@ -1,7 +1,7 @@
 // docs/distributed.md's per-rank data: each rank builds its own dataset (rank 0: 20 samples, rank 1: 12),
 // then the snippet makes the loader and the Trainer; trained here under DDP with lockstep Join.
 #include <lightning_cpp/core/rank_zero.h>
-#include <lightning_cpp/plugins/strategies/ddp.h>
+#include <lightning_cpp/plugins/strategies/ddp/ddp.h>
 #include <lightning_cpp/trainer/trainer.h>
 
 struct Regressor : lt::LightningModule {

@@ -1,7 +1,5 @@
 // README.md's module, with a snippet of the README as the body of main(): the DDP example.
-#include <lightning_cpp/core/rank_zero.h>
-#include <lightning_cpp/plugins/strategies/ddp.h>
-#include <lightning_cpp/trainer/trainer.h>
+#include <lightning_cpp/lightning.h>
 
 struct Regressor : lt::LightningModule {
   torch::nn::Linear fc{nullptr};
