@@ -1,7 +1,8 @@
 # lightning_cpp_precompile_headers(<target>): gives <target> a precompiled header of <torch/torch.h> and
 # lightning-cpp's public headers, built once per build tree and shared by every target that asks for it
 # (target_precompile_headers(REUSE_FROM) an internal object library made on first use). Parsing
-# <torch/torch.h> is most of what a one-file change costs to rebuild; with this it is read once.
+# <torch/torch.h> is much of what a one-file change costs to rebuild; with this it is parsed once (GCC
+# still instantiates the templates each file uses: docs/benchmarks.md#rebuilds has the figures).
 #
 #   find_package(LightningCpp REQUIRED)
 #   add_executable(my_app main.cpp)
