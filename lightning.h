@@ -8,6 +8,8 @@
 //   lt::Trainer trainer(lt::TrainerOptions().max_epochs(3).devices(2).strategy("ddp"));
 //   trainer.fit(std::make_shared<Net>(), std::make_shared<MyData>());
 //
+// or, keeping your own loop: lt::Fabric (fabric/fabric.h).
+//
 // Headers not reached from here (the Join machinery under plugins/join, the
 // distributed layer under plugins/distributed, DDP's Reducer wrapper) are for
 // those who write a strategy; a training program needs none of them.
@@ -35,6 +37,7 @@
 #include <lightning_cpp/data/distributed_sampler.h>
 #include <lightning_cpp/data/iterable_dataset.h>
 #include <lightning_cpp/data/sampler.h>
+#include <lightning_cpp/fabric/fabric.h>
 #include <lightning_cpp/loggers/csv.h>
 #include <lightning_cpp/loggers/logger_collection.h>
 #include <lightning_cpp/loggers/tensorboard.h>

@@ -4,6 +4,7 @@
 file(GLOB_RECURSE LT_SOURCES CONFIGURE_DEPENDS
   ${PROJECT_SOURCE_DIR}/core/*.cpp
   ${PROJECT_SOURCE_DIR}/trainer/*.cpp
+  ${PROJECT_SOURCE_DIR}/fabric/*.cpp
   ${PROJECT_SOURCE_DIR}/loops/*.cpp
   ${PROJECT_SOURCE_DIR}/plugins/*.cpp
   ${PROJECT_SOURCE_DIR}/callbacks/*.cpp

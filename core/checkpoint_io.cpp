@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <mutex>
 #include <sstream>
 #include <variant>
 
@@ -199,6 +200,21 @@ void optimizer_from_bytes(torch::optim::Optimizer& optimizer, const torch::Tenso
   torch::serialize::InputArchive archive;
   archive.load_from(is);
   optimizer.load(archive);
+}
+
+StateDict rng_states() {
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  StateDict rng = new_state_dict();
+  rng.insert("torch", gen.get_state());
+  return rng;
+}
+
+void load_rng_states(const StateDict& states) {
+  if (!states.contains("torch")) return;
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(states.at("torch").toTensor());
 }
 
 }  // namespace lt

@@ -47,6 +47,11 @@ void atomic_pickle_save(const c10::IValue& value, const std::string& path);
 c10::IValue pickle_load_file(const std::string& path);
 void check_checkpoint_file(const std::string& path);
 
+// A checkpoint's "rng_states" (torch's CPU generator, which dropout and
+// friends draw from: a resumed run continues its stream), and back.
+StateDict rng_states();
+void load_rng_states(const StateDict& states);
+
 // Optimizer state as bytes (LibTorch's archive format) and back.
 torch::Tensor optimizer_to_bytes(torch::optim::Optimizer& optimizer);
 void optimizer_from_bytes(torch::optim::Optimizer& optimizer, const torch::Tensor& bytes);

@@ -37,6 +37,9 @@ struct RunState {
   // (Join) does not run: the hooks' names. A strategy whose ranks may have
   // joined refuses a collective issued then (it could not be matched).
   const char* unmatched_hooks = nullptr;
+  // Where such a collective belongs instead, for the refusal (null: the
+  // Trainer's hooks that every rank runs).
+  const char* unmatched_fix = nullptr;
   // The callback whose hook is running, if any (for messages).
   const Callback* running_callback = nullptr;
   // Latest value of each logged metric (step or epoch), what monitors read.
@@ -51,16 +54,22 @@ struct RunState {
 // by an exception too.
 class UnmatchedHooks {
  public:
-  UnmatchedHooks(RunState& state, const char* hooks) : state_(state), previous_(state.unmatched_hooks) {
+  UnmatchedHooks(RunState& state, const char* hooks, const char* fix = nullptr)
+      : state_(state), previous_(state.unmatched_hooks), previous_fix_(state.unmatched_fix) {
     state_.unmatched_hooks = hooks;
+    state_.unmatched_fix = fix;
   }
-  ~UnmatchedHooks() { state_.unmatched_hooks = previous_; }
+  ~UnmatchedHooks() {
+    state_.unmatched_hooks = previous_;
+    state_.unmatched_fix = previous_fix_;
+  }
   UnmatchedHooks(const UnmatchedHooks&) = delete;
   UnmatchedHooks& operator=(const UnmatchedHooks&) = delete;
 
  private:
   RunState& state_;
   const char* previous_;
+  const char* previous_fix_;
 };
 
 }  // namespace lt

@@ -21,12 +21,18 @@ Batch Strategy::batch_to_device(Batch batch) const {
 }
 
 torch::Tensor Strategy::training_step(LightningModule& module, const Batch& batch, int64_t batch_idx) {
-  return module.training_step(batch, batch_idx);
+  before_forward(module);
+  torch::Tensor out = module.training_step(batch, batch_idx);
+  after_forward(module, out);
+  return out;
 }
 
 void Strategy::backward(const torch::Tensor& loss, LightningModule& /*module*/) { loss.backward(); }
 
-void Strategy::optimizer_step(torch::optim::Optimizer& optimizer) { optimizer.step(); }
+void Strategy::optimizer_step(torch::optim::Optimizer& optimizer) {
+  optimizer.step();
+  release_gradients();  // before the loop's zero_grad()
+}
 
 std::unique_ptr<TrainingEpochContext> Strategy::training_epoch_context(LightningModule& /*module*/,
                                                                        const EpochPlan& plan) {

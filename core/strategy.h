@@ -139,9 +139,21 @@ class Strategy {
   virtual Batch batch_to_device(Batch batch) const;
 
   // -- training ----------------------------------------------------------------
-  virtual torch::Tensor training_step(LightningModule& module, const Batch& batch, int64_t batch_idx);
+  // A micro-batch's forward runs between before_forward (the strategy's
+  // forward-side collectives; DDP: the Join heartbeat, buffer broadcast, the
+  // grad-sync flag) and after_forward (what its output, where backward starts,
+  // decides; DDP: unused parameters). training_step runs the module's
+  // training_step between them; Fabric, a user's own forward.
+  virtual void before_forward(LightningModule& /*module*/) {}
+  virtual void after_forward(LightningModule& /*module*/, const torch::Tensor& /*output*/) {}
+  torch::Tensor training_step(LightningModule& module, const Batch& batch, int64_t batch_idx);
   virtual void backward(const torch::Tensor& loss, LightningModule& module);
+  // optimizer.step(), then release_gradients().
   virtual void optimizer_step(torch::optim::Optimizer& optimizer);
+  // After a window's gradients were reduced, before zero_grad: a strategy
+  // whose gradients alias its own buffers (DDP's gradient_as_bucket_view)
+  // detaches them, so that zero_grad can reset them in place.
+  virtual void release_gradients() {}
   virtual std::unique_ptr<TrainingEpochContext> training_epoch_context(LightningModule& module,
                                                                        const EpochPlan& plan);
 

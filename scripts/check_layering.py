@@ -20,7 +20,7 @@ LAYERS = [
     ["plugins/precision", "plugins/layer_sync"],
     ["plugins/strategies"],
     ["loops", "loggers"],
-    ["trainer"],
+    ["trainer", "fabric"],
     ["callbacks"],
     ["cli"],
 ]

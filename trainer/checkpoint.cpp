@@ -2,10 +2,6 @@
 // a run restores it; the file format is core/checkpoint_io.h's.
 #include <lightning_cpp/core/checkpoint_io.h>
 
-#include <mutex>
-
-#include <ATen/CPUGeneratorImpl.h>
-
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/trainer/trainer.h>
 
@@ -45,14 +41,7 @@ StateDict Trainer::dump_checkpoint() {
   }
   ckpt.insert("hparams", hparams);
   ckpt.insert("lightning_cpp_version", std::string("0.1.0"));
-  {
-    // Dropout and friends draw from torch's CPU generator: a resumed run must continue its stream.
-    auto gen = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    StateDict rng = new_state_dict();
-    rng.insert("torch", gen.get_state());
-    ckpt.insert("rng_states", rng);
-  }
+  ckpt.insert("rng_states", rng_states());
   // Written at a train epoch end (ModelCheckpoint), the checkpoint precedes the
   // fit loop's per-epoch scheduler step; the resumed run takes that step on restore.
   const bool pending = state_.epoch_ended && optim_.lr_scheduler != nullptr && optim_.interval == Interval::kEpoch &&
@@ -99,14 +88,7 @@ void Trainer::restore_checkpoint(const std::string& path) {
   if (const std::string key = strategy_->precision().state_key(); raw.contains(key)) {
     strategy_->precision().load_state_dict(to_state(raw.at(key)));
   }
-  if (raw.contains("rng_states")) {
-    auto rng = raw.at("rng_states").toGenericDict();
-    if (rng.contains("torch")) {
-      auto gen = at::detail::getDefaultCPUGenerator();
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      gen.set_state(rng.at("torch").toTensor());
-    }
-  }
+  if (raw.contains("rng_states")) load_rng_states(to_state(raw.at("rng_states")));
   if (raw.contains("callbacks")) {
     auto callbacks = raw.at("callbacks").toGenericDict();
     for (const auto& cb : options_.callbacks()) {

@@ -35,8 +35,6 @@ struct Trainer::Run {
   Stage stage = Stage::kNone;
 };
 
-void seed_everything(uint64_t seed) { torch::manual_seed(seed); }
-
 Trainer::Trainer(TrainerOptions options)
     : options_(std::move(options)),
       fit_loop_(std::make_shared<FitLoop>()),

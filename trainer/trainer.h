@@ -19,6 +19,7 @@
 #include <lightning_cpp/core/lightning_module.h>
 #include <lightning_cpp/core/logger.h>
 #include <lightning_cpp/core/run_state.h>
+#include <lightning_cpp/core/seed.h>
 #include <lightning_cpp/core/strategy.h>
 #include <lightning_cpp/core/trainer_options.h>
 #include <lightning_cpp/data/data_loader.h>
@@ -149,8 +150,5 @@ class Trainer {
   std::shared_ptr<EvaluationLoop> evaluation_loop_;
   std::shared_ptr<PredictionLoop> prediction_loop_;
 };
-
-// Seeds torch's global generator.
-void seed_everything(uint64_t seed);
 
 }  // namespace lt

@@ -4,6 +4,7 @@
 //   cpp 1 process          plain LibTorch loop, no DDP
 //   cpp ddp raw  N procs   the same loop with lt::DistributedDataParallel (gloo)
 //   cpp ddp trainer N      lt::Trainer with the ddp strategy (everything a user runs)
+//   cpp fabric N procs     the raw loop on lt::Fabric (fabric.join: no_sync + Join context)
 //   cpp ddp fp16 N procs   the raw DDP loop with ddp_comm_hook fp16_compress_hook
 //                          (float16 buckets: half the bytes allreduced per step)
 //   python 1 / N procs     the same model and loop in PyTorch 1.13 (ddp_bench.py)
@@ -27,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include <lightning_cpp/fabric/fabric.h>
 #include <lightning_cpp/plugins/launchers/subprocess_script.h>
 #include <lightning_cpp/plugins/strategies/ddp/ddp.h>
 #include <lightning_cpp/plugins/strategies/ddp/distributed_data_parallel.h>
@@ -150,6 +152,41 @@ double trainer_loop(const Args& args, int64_t rank, int64_t world) {
   return timer->steps_per_s();
 }
 
+// The raw loop as a Fabric user writes it: each rank its own kChunks
+// batches per epoch, whole epochs (fabric.join), timed from the first epoch
+// that starts after the warm-up.
+double fabric_loop(const Args& args, int64_t rank, int64_t world) {
+  auto [x, y] = make_data(rank);
+  lt::DataLoader loader(std::make_shared<lt::TensorDataset>(x, y), lt::DataLoaderOptions(kBatch));
+  double sps = 0;
+  lt::Fabric fabric(lt::FabricOptions().devices(world).strategy(world > 1 ? "ddp" : "single_device"));
+  fabric.launch([&](lt::Fabric& f) {
+    auto model = make_mlp();
+    auto optimizer = f.setup(model, [](torch::nn::Module& m) -> lt::OptimizerConfig {
+                        return std::make_shared<torch::optim::SGD>(m.parameters(), torch::optim::SGDOptions(0.01));
+                      }).optimizer;
+    f.setup_dataloader(loader, /*use_distributed_sampler=*/false);
+    auto step = [&] {
+      optimizer->step();
+      optimizer->zero_grad();
+    };
+    std::chrono::steady_clock::time_point t0;
+    int64_t first = -1;
+    while (f.global_step() < args.warmup + args.steps) {
+      if (first < 0 && f.global_step() >= args.warmup) {
+        first = f.global_step();
+        t0 = std::chrono::steady_clock::now();
+      }
+      for (lt::Batch& batch : f.join(loader, step)) {
+        f.backward(torch::cross_entropy_loss(model->forward(batch.data), batch.target));
+      }
+    }
+    sps = static_cast<double>(f.global_step() - first) /
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  });
+  return sps;
+}
+
 // Runs in a worker process (LT_BENCH_ROLE set): writes rank 0's steps/s.
 int worker_main(const Args& args) {
   const std::string role = std::getenv("LT_BENCH_ROLE");
@@ -164,6 +201,8 @@ int worker_main(const Args& args) {
         lt::DistributedDataParallelOptions().comm_hook(role == "raw" ? lt::DDPCommHook::kAllreduce
                                                                      : lt::DDPCommHook::kFp16Compress));
     sps = raw_loop(args, rank, &ddp, model);
+  } else if (role == "fabric") {
+    sps = fabric_loop(args, rank, world);
   } else {
     sps = trainer_loop(args, rank, world);
   }
@@ -256,13 +295,14 @@ int main(int argc, char** argv) {
     return sps;
   };
   // The Trainer over raw DDP within each round: a paired ratio, steadier than one of two bests.
-  std::vector<double> trainer_over_raw;
+  std::vector<double> trainer_over_raw, raw_over_fabric;
   auto model = make_mlp();
   for (int rep = 0; rep < args.reps; ++rep) {
     keep("cpp_single", raw_loop(args, 0, nullptr, model));
     keep("cpp_trainer_single", trainer_loop(args, 0, 1));
     const double raw = keep("cpp_raw", run_workers(args, "raw"));
     trainer_over_raw.push_back(keep("cpp_trainer", run_workers(args, "trainer")) / raw);
+    raw_over_fabric.push_back(raw / keep("cpp_fabric", run_workers(args, "fabric")));
     keep("cpp_fp16", run_workers(args, "raw_fp16"));
     const auto py = run_python(args);
     keep("py_single", py.count(1) ? py.at(1) : 0);
@@ -280,6 +320,7 @@ int main(int argc, char** argv) {
   std::printf("  cpp     1 process, Trainer   %8.1f steps/s\n", cpp_trainer_single);
   std::printf("  cpp     %d processes, DDP     %8.1f steps/s (rank 0)\n", args.world, cpp_raw);
   std::printf("  cpp     %d processes, Trainer %8.1f steps/s (rank 0)\n", args.world, cpp_trainer);
+  std::printf("  cpp     %d processes, Fabric  %8.1f steps/s (rank 0)\n", args.world, best["cpp_fabric"]);
   std::printf("  cpp     %d processes, DDP fp16 %7.1f steps/s (rank 0); bytes allreduced per step: %lld fp32, "
               "%lld fp16\n",
               args.world, cpp_fp16, static_cast<long long>(4 * params), static_cast<long long>(2 * params));
@@ -292,6 +333,10 @@ int main(int argc, char** argv) {
   std::sort(trainer_over_raw.begin(), trainer_over_raw.end());
   std::printf("  cpp Trainer DDP / raw DDP             %.2fx   (median of the %zu rounds' ratios %.2fx)\n",
               ratio(cpp_trainer, cpp_raw), trainer_over_raw.size(), trainer_over_raw[trainer_over_raw.size() / 2]);
+  std::sort(raw_over_fabric.begin(), raw_over_fabric.end());
+  std::printf("  time per step, Fabric / raw DDP       %.2fx   (median of the %zu rounds' ratios %.2fx; target <= "
+              "1.02x)\n",
+              ratio(cpp_raw, best["cpp_fabric"]), raw_over_fabric.size(), raw_over_fabric[raw_over_fabric.size() / 2]);
   std::printf("  cpp 1 process / python 1 process      %.2fx\n", ratio(cpp_single, py_single));
   std::printf("  cpp DDP fp16_compress_hook / fp32     %.2fx\n", ratio(cpp_fp16, cpp_raw));
   std::printf("  scaling efficiency cpp DDP (%d procs)  %.2f    (target >= 0.9)\n", args.world, ratio(cpp_raw, cpp_single));

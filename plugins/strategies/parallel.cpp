@@ -178,19 +178,19 @@ void ParallelStrategy::process_dataloader(DataLoader& loader, Stage stage, const
   if (stage == Stage::kTrain) balance_training_loader(loader, uneven_inputs, *this, options.limit_train_batches());
 }
 
-torch::Tensor ParallelStrategy::training_step(LightningModule& module, const Batch& batch, int64_t batch_idx) {
-  if (!sync_) return Strategy::training_step(module, batch, batch_idx);
-  {
-    auto scope = watch("forward collectives (Join heartbeat, buffer broadcast)");
-    sync_->before_forward();
-  }
+void ParallelStrategy::before_forward(LightningModule& /*module*/) {
   manual_syncs_ = 0;
-  torch::Tensor out = module.training_step(batch, batch_idx);
+  if (!sync_) return;
+  auto scope = watch("forward collectives (Join heartbeat, buffer broadcast)");
+  sync_->before_forward();
+}
+
+void ParallelStrategy::after_forward(LightningModule& /*module*/, const torch::Tensor& output) {
+  if (!sync_) return;
   // backward() arms the gradient reduction (as Lightning's manual_backward
   // does), from what backward starts at: the scaled loss.
   auto scope = watch("forward collectives (Join grad-sync flag)");
-  sync_->after_forward({out});
-  return out;
+  sync_->after_forward({output});
 }
 
 void ParallelStrategy::backward(const torch::Tensor& loss, LightningModule& module) {
@@ -219,12 +219,12 @@ void ParallelStrategy::backward(const torch::Tensor& loss, LightningModule& modu
   sync_->backward(loss);
 }
 
-void ParallelStrategy::optimizer_step(torch::optim::Optimizer& optimizer) {
-  optimizer.step();
-  if (sync_) sync_->after_optimizer_step();  // before the loop's zero_grad()
+void ParallelStrategy::release_gradients() {
+  if (sync_) sync_->release_gradients();
 }
 
 void ParallelStrategy::check_features(const FeatureSet& features) {
+  uneven_join_ = false;
   const ParallelSettings settings = parallel_settings();
   if (settings.uneven_inputs != UnevenInputs::kJoin || world_size_ == 1) return;
   // Even shards: no rank runs out of data early, Join changes nothing, and
@@ -243,9 +243,12 @@ void ParallelStrategy::check_matched(const char* collective) const {
                        run_state_->unmatched_hooks, " (rank ", rank_,
                        ", epoch ", run_state_->current_epoch, ", batch ", run_state_->batch_idx,
                        "): the ranks have uneven inputs under Join, and a rank that ran out of data does not run these "
-                       "hooks, so it could not match the collective. Issue it in on_after_optimizer_step, an "
-                       "optimizer-step hook or at an epoch's end; declare the callback's join_support so that the run "
-                       "is refused before the first step; or use uneven_inputs: pad"));
+                       "hooks, so it could not match the collective. ",
+                       run_state_->unmatched_fix != nullptr
+                           ? run_state_->unmatched_fix
+                           : "Issue it in on_after_optimizer_step, an optimizer-step hook or at an epoch's end; declare "
+                             "the callback's join_support so that the run is refused before the first step; or use "
+                             "uneven_inputs: pad"));
 }
 
 std::unique_ptr<TrainingEpochContext> ParallelStrategy::training_epoch_context(LightningModule& module,

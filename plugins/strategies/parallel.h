@@ -107,10 +107,11 @@ class ParallelStrategy : public Strategy {
   void process_dataloader(DataLoader& loader, Stage stage, const TrainerOptions& options) override;
 
   // -- training ----------------------------------------------------------------
-  // The module's training_step between the gradient sync's before_forward and after_forward.
-  torch::Tensor training_step(LightningModule& module, const Batch& batch, int64_t batch_idx) override;
+  // The gradient sync's before_forward and after_forward.
+  void before_forward(LightningModule& module) override;
+  void after_forward(LightningModule& module, const torch::Tensor& output) override;
   void backward(const torch::Tensor& loss, LightningModule& module) override;
-  void optimizer_step(torch::optim::Optimizer& optimizer) override;
+  void release_gradients() override;
   std::unique_ptr<TrainingEpochContext> training_epoch_context(LightningModule& module,
                                                                const EpochPlan& plan) override;
 

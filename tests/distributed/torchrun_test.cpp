@@ -23,6 +23,7 @@
 #include <lightning_cpp/plugins/launchers/error_file.h>
 #include <lightning_cpp/plugins/launchers/subprocess_script.h>
 #include <lightning_cpp/plugins/strategies/ddp/ddp.h>
+#include <lightning_cpp/fabric/fabric.h>
 #include <lightning_cpp/trainer/trainer.h>
 
 #include "support/multiprocess.h"
@@ -94,9 +95,30 @@ LT_TEST_WORKER(TorchrunFit) {
     };
     options.callbacks({failing});
   }
-  lt::Trainer trainer(options);
   auto loader = std::make_shared<lt::DataLoader>(std::make_shared<lt::TensorDataset>(x, y),
                                                  lt::DataLoaderOptions(4).shuffle(true).seed(3));
+  if (env_str("LT_FABRIC") == "1") {
+    // The same training as a plain loop on lt::Fabric, launched the same way.
+    lt::Fabric fabric;
+    fabric.launch([&](lt::Fabric& f) {
+      auto optimizer = f.setup(net).optimizer;  // SmallNet::configure_optimizers
+      f.setup_dataloader(*loader);              // the rank's shard, as the Trainer's
+      auto step = [&] {
+        optimizer->step();
+        optimizer->zero_grad();
+      };
+      while (f.current_epoch() < 2) {
+        for (lt::Batch& batch : f.join(*loader, step)) f.backward(net->training_step(batch, 0));
+      }
+    });
+    LT_WORKER_CHECK(fabric.strategy().name() == "ddp" && fabric.world_size() == 2, "strategy ",
+                    fabric.strategy().name(), " of ", fabric.world_size());
+    std::vector<torch::Tensor> params;
+    for (const auto& p : net->parameters()) params.push_back(p.detach().clone());
+    torch::save(params, env_str("LT_OUT") + "/rank" + std::to_string(fabric.global_rank()) + ".pt");
+    return 0;
+  }
+  lt::Trainer trainer(options);
   try {
     trainer.fit(net, loader);  // a spawn's supervisor launches, waits and exits here
   } catch (const lt::ValueError& e) {
@@ -242,6 +264,18 @@ TEST_F(Torchrun, Standalone) {
   std::string why;
   ASSERT_TRUE(run_launchers(dir, {torchrun({"--standalone", "--nproc_per_node", "2", "--log_dir", dir + "/logs"})}, {},
                             &why))
+      << why;
+  expect_reference_weights(dir);
+  std::filesystem::remove_all(dir);
+}
+
+// Fabric joins torchrun's ranks as the Trainer does, and its plain loop ends
+// with the Trainer's weights bitwise.
+TEST_F(Torchrun, AFabricLoopJoinsTorchrunsRanksAndEndsWithTheTrainersWeights) {
+  const std::string dir = fresh_dir("fabric");
+  std::string why;
+  ASSERT_TRUE(run_launchers(dir, {torchrun({"--standalone", "--nproc_per_node", "2", "--log_dir", dir + "/logs"})},
+                            {{"LT_FABRIC", "1"}}, &why))
       << why;
   expect_reference_weights(dir);
   std::filesystem::remove_all(dir);

@@ -1,5 +1,7 @@
 #include "support/multiprocess.h"
 
+#include <gtest/gtest.h>
+
 #include <unistd.h>
 
 #include <cstdlib>
@@ -77,6 +79,15 @@ std::string WorkersResult::summary() const {
        << "\n";
   }
   return os.str();
+}
+
+void expect_workers_pass(const std::string& worker, int world, std::chrono::seconds timeout,
+                         std::map<std::string, std::string> env) {
+  WorkerOptions options;
+  options.timeout = timeout;
+  options.env = std::move(env);
+  auto r = run_workers(worker, world, options);
+  EXPECT_TRUE(r.ok()) << r.summary();
 }
 
 WorkersResult run_workers(const std::string& name, int world_size, const WorkerOptions& options) {

@@ -41,6 +41,10 @@ struct WorkerOptions {
 };
 
 WorkersResult run_workers(const std::string& name, int world_size, const WorkerOptions& options = {});
+// Runs `worker` on `world` ranks, each bounded by `timeout`, with `env`; a
+// gtest failure unless every rank passes.
+void expect_workers_pass(const std::string& worker, int world, std::chrono::seconds timeout,
+                         std::map<std::string, std::string> env = {});
 
 // Helpers for worker bodies.
 int env_int(const char* name, int fallback = 0);

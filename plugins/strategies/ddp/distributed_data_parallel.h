@@ -133,7 +133,7 @@ class DistributedDataParallel : public GradientSync {
   void after_forward(const std::vector<torch::Tensor>& outputs) override {
     post_forward(outputs, /*prepare_for_backward=*/false);  // backward() arms the Reducer
   }
-  void after_optimizer_step() override { detach_gradient_views(); }
+  void release_gradients() override { detach_gradient_views(); }
 
   // -- agreed stop (options.stop_wish) --------------------------------------------
   // A one-element parameter of the Reducer's own (not the module's, so no
