@@ -44,5 +44,6 @@
 #include <lightning_cpp/plugins/launchers/error_file.h>
 #include <lightning_cpp/plugins/precision/precision.h>
 #include <lightning_cpp/plugins/strategies/ddp/ddp.h>
+#include <lightning_cpp/plugins/strategies/fsdp/fsdp.h>
 #include <lightning_cpp/plugins/strategies/single_device.h>
 #include <lightning_cpp/trainer/trainer.h>

@@ -30,8 +30,9 @@ torch::Tensor Strategy::training_step(LightningModule& module, const Batch& batc
 void Strategy::backward(const torch::Tensor& loss, LightningModule& /*module*/) { loss.backward(); }
 
 void Strategy::optimizer_step(torch::optim::Optimizer& optimizer) {
+  release_gradients();
   optimizer.step();
-  release_gradients();  // before the loop's zero_grad()
+  after_optimizer_step();
 }
 
 std::unique_ptr<TrainingEpochContext> Strategy::training_epoch_context(LightningModule& /*module*/,

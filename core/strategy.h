@@ -148,12 +148,15 @@ class Strategy {
   virtual void after_forward(LightningModule& /*module*/, const torch::Tensor& /*output*/) {}
   torch::Tensor training_step(LightningModule& module, const Batch& batch, int64_t batch_idx);
   virtual void backward(const torch::Tensor& loss, LightningModule& module);
-  // optimizer.step(), then release_gradients().
-  virtual void optimizer_step(torch::optim::Optimizer& optimizer);
-  // After a window's gradients were reduced, before zero_grad: a strategy
-  // whose gradients alias its own buffers (DDP's gradient_as_bucket_view)
-  // detaches them, so that zero_grad can reset them in place.
+  // release_gradients(), optimizer.step(), after_optimizer_step().
+  void optimizer_step(torch::optim::Optimizer& optimizer);
+  // After a window's gradients were reduced, before the optimizer step and
+  // zero_grad: a strategy whose gradients alias its own buffers (DDP's
+  // gradient_as_bucket_view) detaches them, so that zero_grad can reset them.
   virtual void release_gradients() {}
+  // After the optimizer step, on every rank (a joined one's too): a sharding
+  // strategy gathers the updated shards here (a collective).
+  virtual void after_optimizer_step() {}
   virtual std::unique_ptr<TrainingEpochContext> training_epoch_context(LightningModule& module,
                                                                        const EpochPlan& plan);
 

@@ -156,6 +156,7 @@ void JoinEpoch::step() {
   for (const auto& optimizer : fabric_.optim_.optimizers) steps = precision.unscale_gradients(*optimizer) && steps;
   if (steps) {
     step_();
+    strategy.after_optimizer_step();  // a sharding strategy gathers the updated shards
   } else {
     for (const auto& optimizer : fabric_.optim_.optimizers) optimizer->zero_grad();
   }

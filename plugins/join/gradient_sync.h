@@ -17,9 +17,11 @@
 //                     averaged over the initial world size, or with
 //                     divide_by_initial_world_size() false over the ranks
 //                     active in this micro-batch;
-//   release_gradients()  after a window's reduction, before zero_grad: the
-//                     gradients are the optimizer's (an implementation whose
-//                     gradients alias its buffers detaches them).
+//   release_gradients()  after a window's reduction, before the optimizer
+//                     step and zero_grad: the gradients are the optimizer's (an
+//                     implementation whose gradients alias its buffers detaches them);
+//   after_optimizer_step()  after the step (a sharded sync gathers the
+//                     updated shards: a collective every rank issues).
 // Its JoinHook's main_hook, on a joined rank, issues the same collectives
 // with neutral values (a sync it learns of from the flag above, or from
 // scheduled_join_sync() when scheduled), and with a join_step() set (lockstep
@@ -51,6 +53,7 @@ class GradientSync : public Joinable {
   virtual void after_forward(const std::vector<torch::Tensor>& outputs) = 0;
   virtual void backward(const torch::Tensor& loss) = 0;
   virtual void release_gradients() {}
+  virtual void after_optimizer_step() {}
 
   // -- no_sync -----------------------------------------------------------------------
   bool require_backward_grad_sync() const { return require_backward_grad_sync_; }

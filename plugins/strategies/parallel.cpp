@@ -223,6 +223,12 @@ void ParallelStrategy::release_gradients() {
   if (sync_) sync_->release_gradients();
 }
 
+void ParallelStrategy::after_optimizer_step() {
+  if (!sync_) return;
+  auto scope = watch("after the optimizer step (the gradient sync's gather of the shards)");
+  sync_->after_optimizer_step();
+}
+
 void ParallelStrategy::check_features(const FeatureSet& features) {
   uneven_join_ = false;
   const ParallelSettings settings = parallel_settings();

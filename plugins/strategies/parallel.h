@@ -70,6 +70,19 @@ struct ParallelSettings {
   JoinSettings join;
 };
 
+// The settings from a strategy's options, which carry the rows of
+// strategies/parallel_options.def.
+template <typename Options>
+ParallelSettings parallel_settings_of(const Options& options, JoinMode mode) {
+  return {options.process_group_backend(),
+          options.process_group_timeout(),
+          options.launch_timeout(),
+          options.worker_log_dir(),
+          options.uneven_inputs(),
+          JoinSettings{options.join_enable(), options.join_throw_on_early_termination(),
+                       options.join_divide_by_initial_world_size(), mode}};
+}
+
 class ParallelStrategy : public Strategy {
  public:
   ParallelStrategy();
@@ -112,6 +125,7 @@ class ParallelStrategy : public Strategy {
   void after_forward(LightningModule& module, const torch::Tensor& output) override;
   void backward(const torch::Tensor& loss, LightningModule& module) override;
   void release_gradients() override;
+  void after_optimizer_step() override;
   std::unique_ptr<TrainingEpochContext> training_epoch_context(LightningModule& module,
                                                                const EpochPlan& plan) override;
 

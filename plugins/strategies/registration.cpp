@@ -5,6 +5,7 @@
 #include <lightning_cpp/core/trainer_options.h>
 #include <lightning_cpp/plugins/environments/cluster_environment.h>
 #include <lightning_cpp/plugins/strategies/ddp/ddp.h>
+#include <lightning_cpp/plugins/strategies/fsdp/fsdp.h>
 #include <lightning_cpp/plugins/strategies/single_device.h>
 
 namespace lt {
@@ -33,6 +34,24 @@ void register_builtin_strategies(Registry& registry) {
 #include <lightning_cpp/plugins/strategies/ddp/ddp_options.def>
 #undef LT_OPTION
         return std::make_shared<DDPStrategy>(options);
+      });
+  registry.add<Strategy>(
+      "fsdp",
+      "sharded data parallel: gradients and optimizer state sharded over the ranks (sharding_strategy), lockstep Join",
+      [] {
+        ArgSchema schema;
+        const FSDPStrategyOptions defaults;
+#define LT_OPTION LT_OPTION_SCHEMA
+#include <lightning_cpp/plugins/strategies/fsdp/fsdp_options.def>
+#undef LT_OPTION
+        return schema;
+      }(),
+      [](const InitArgs& args) {
+        FSDPStrategyOptions options;
+#define LT_OPTION LT_OPTION_READ
+#include <lightning_cpp/plugins/strategies/fsdp/fsdp_options.def>
+#undef LT_OPTION
+        return std::make_shared<FSDPStrategy>(options);
       });
 }
 

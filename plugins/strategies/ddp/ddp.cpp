@@ -17,10 +17,7 @@ DDPStrategy::DDPStrategy(DDPStrategyOptions options) : options_(std::move(option
                  "ranks with data (join_divide_by_initial_world_size: false); use one or the other");
 }
 
-ParallelSettings DDPStrategy::parallel_settings() const {
-  return {options_.process_group_backend(), options_.process_group_timeout(), options_.launch_timeout(),
-          options_.worker_log_dir(),        options_.uneven_inputs(),         options_.join_settings()};
-}
+ParallelSettings DDPStrategy::parallel_settings() const { return parallel_settings_of(options_, options_.join_mode()); }
 
 std::unique_ptr<GradientSync> DDPStrategy::make_gradient_sync(std::shared_ptr<torch::nn::Module> module,
                                                               const c10::intrusive_ptr<c10d::ProcessGroup>& group,

@@ -36,11 +36,6 @@ struct DDPStrategyOptions {
 #define LT_OPTION LT_OPTION_ARG
 #include <lightning_cpp/plugins/strategies/ddp/ddp_options.def>
 #undef LT_OPTION
-
- public:
-  JoinSettings join_settings() const {
-    return {join_enable(), join_throw_on_early_termination(), join_divide_by_initial_world_size(), join_mode()};
-  }
 };
 
 class DDPStrategy : public ParallelStrategy {

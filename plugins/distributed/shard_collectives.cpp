@@ -1,0 +1,45 @@
+#include <lightning_cpp/plugins/distributed/shard_collectives.h>
+
+#include <vector>
+
+#include <lightning_cpp/core/check.h>
+
+namespace lt {
+
+ShardCollectives::ShardCollectives(c10::intrusive_ptr<c10d::ProcessGroup> group)
+    : group_(std::move(group)),
+      rank_(group_->getRank()),
+      world_size_(group_->getSize()),
+      native_(group_->getBackendName() == "nccl") {}
+
+void ShardCollectives::all_gather(const torch::Tensor& shard, torch::Tensor& flat) const {
+  const int64_t s = shard.numel();
+  LT_INTERNAL_ASSERT(flat.numel() == s * world_size_ && flat.is_contiguous() && shard.is_contiguous(),
+                     "ShardCollectives::all_gather: a flat buffer of ", flat.numel(), " elements for shards of ", s,
+                     " on ", world_size_, " ranks");
+  if (native_) {
+    torch::Tensor in = shard;
+    group_->_allgather_base(flat, in)->wait();
+    return;
+  }
+  std::vector<std::vector<torch::Tensor>> out(1);
+  for (int64_t r = 0; r < world_size_; ++r) out[0].push_back(flat.narrow(0, r * s, s));
+  std::vector<torch::Tensor> in{shard};
+  group_->allgather(out, in)->wait();
+}
+
+void ShardCollectives::reduce_scatter(torch::Tensor& flat, torch::Tensor& shard) const {
+  const int64_t s = shard.numel();
+  LT_INTERNAL_ASSERT(flat.numel() == s * world_size_ && flat.is_contiguous() && shard.is_contiguous(),
+                     "ShardCollectives::reduce_scatter: a flat buffer of ", flat.numel(), " elements for shards of ",
+                     s, " on ", world_size_, " ranks");
+  if (native_) {
+    group_->_reduce_scatter_base(shard, flat)->wait();
+    return;
+  }
+  std::vector<torch::Tensor> t{flat};
+  group_->allreduce(t)->wait();
+  shard.copy_(flat.narrow(0, rank_ * s, s));
+}
+
+}  // namespace lt

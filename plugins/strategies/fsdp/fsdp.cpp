@@ -1,0 +1,239 @@
+#include <lightning_cpp/plugins/strategies/fsdp/fsdp.h>
+
+#include <cmath>
+#include <unordered_set>
+
+#include <lightning_cpp/core/check.h>
+#include <lightning_cpp/core/checkpoint_io.h>
+#include <lightning_cpp/plugins/strategies/ddp/distributed_data_parallel.h>
+
+namespace lt {
+
+namespace {
+
+// LibTorch's key of a parameter's optimizer state.
+std::string state_key(const torch::Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
+
+// The tensors of one parameter's state in SGD, Adam and AdamW, in a fixed
+// order; an undefined one (SGD without momentum, Adam without amsgrad) is
+// undefined on every rank alike.
+std::vector<torch::Tensor> state_tensors(const torch::optim::SGDParamState& s) { return {s.momentum_buffer()}; }
+void set_state_tensors(torch::optim::SGDParamState& s, const std::vector<torch::Tensor>& t) { s.momentum_buffer(t[0]); }
+template <typename State>
+std::vector<torch::Tensor> state_tensors(const State& s) {
+  return {s.exp_avg(), s.exp_avg_sq(), s.max_exp_avg_sq()};
+}
+template <typename State>
+void set_state_tensors(State& s, const std::vector<torch::Tensor>& t) {
+  s.exp_avg(t[0]);
+  s.exp_avg_sq(t[1]);
+  s.max_exp_avg_sq(t[2]);
+}
+int64_t state_step(const torch::optim::SGDParamState& /*s*/) { return 0; }
+void set_state_step(torch::optim::SGDParamState& /*s*/, int64_t /*step*/) {}
+template <typename State>
+int64_t state_step(const State& s) {
+  return s.step();
+}
+template <typename State>
+void set_state_step(State& s, int64_t step) {
+  s.step(step);
+}
+
+// The optimizer, over the module's whole parameters, that a sharded one stands for.
+template <typename Opt, typename Options>
+Opt unsharded(const torch::optim::Optimizer& sharded, const FlatShard& flat) {
+  return Opt(flat.parameters(), static_cast<const Options&>(sharded.param_groups()[0].options()));
+}
+
+// Every rank's chunk of the sharded optimizer's state, gathered and cut back
+// into the module's parameters: the archive of the unsharded optimizer.
+template <typename Opt, typename Options, typename State>
+torch::Tensor consolidate(torch::optim::Optimizer& sharded, const FlatShard& flat) {
+  Opt full = unsharded<Opt, Options>(sharded, flat);
+  // Alike on every rank: the chunks' states are made by the same steps.
+  auto it = sharded.state().find(state_key(flat.shard()));
+  if (it != sharded.state().end()) {
+    const State& chunk = static_cast<const State&>(*it->second);
+    std::vector<torch::Tensor> gathered;
+    for (const auto& t : state_tensors(chunk)) gathered.push_back(t.defined() ? flat.gather(t) : torch::Tensor());
+    for (size_t i = 0; i < flat.parameters().size(); ++i) {
+      const torch::Tensor& p = flat.parameters()[i];
+      auto state = std::make_unique<State>();
+      set_state_step(*state, state_step(chunk));
+      std::vector<torch::Tensor> tensors;
+      for (const auto& t : gathered) {
+        tensors.push_back(t.defined() ? t.narrow(0, flat.offset(i), p.numel()).view(p.sizes()).clone() : t);
+      }
+      set_state_tensors(*state, tensors);
+      full.state()[state_key(p)] = std::move(state);
+    }
+  }
+  return optimizer_to_bytes(full);
+}
+
+// The reverse: the unsharded optimizer's archive, this rank's chunk of it.
+template <typename Opt, typename Options, typename State>
+void reshard(torch::optim::Optimizer& sharded, const FlatShard& flat, const torch::Tensor& bytes) {
+  Opt full = unsharded<Opt, Options>(sharded, flat);
+  optimizer_from_bytes(full, bytes);
+  sharded.param_groups()[0].set_options(full.param_groups()[0].options().clone());
+  sharded.state().erase(state_key(flat.shard()));
+  auto first = full.state().find(state_key(flat.parameters()[0]));
+  if (first == full.state().end()) return;  // saved before the first step
+  const int64_t rank = flat.collectives().rank(), s = flat.shard().numel();
+  const size_t slots = state_tensors(static_cast<const State&>(*first->second)).size();
+  std::vector<torch::Tensor> chunks;
+  for (size_t j = 0; j < slots; ++j) {
+    torch::Tensor flat_state;
+    for (size_t i = 0; i < flat.parameters().size(); ++i) {
+      const torch::Tensor& p = flat.parameters()[i];
+      auto it = full.state().find(state_key(p));
+      LT_CHECK_VALUE(it != full.state().end(), "strategy fsdp: the optimizer state to load has no state for parameter ",
+                     i, " of ", flat.parameters().size(), " (a checkpoint of another model or optimizer?)");
+      const torch::Tensor t = state_tensors(static_cast<const State&>(*it->second))[j];
+      if (!t.defined()) break;
+      if (!flat_state.defined()) flat_state = torch::zeros({flat.padded_numel()}, t.options());
+      flat_state.narrow(0, flat.offset(i), p.numel()).copy_(t.reshape(-1));
+    }
+    chunks.push_back(flat_state.defined() ? flat_state.narrow(0, rank * s, s).clone() : flat_state);
+  }
+  auto state = std::make_unique<State>();
+  set_state_step(*state, state_step(static_cast<const State&>(*first->second)));
+  set_state_tensors(*state, chunks);
+  sharded.state()[state_key(flat.shard())] = std::move(state);
+}
+
+struct Consolidate {
+  template <typename Opt, typename Options, typename State>
+  static torch::Tensor run(torch::optim::Optimizer& optimizer, const FlatShard& flat, const torch::Tensor& /*bytes*/) {
+    return consolidate<Opt, Options, State>(optimizer, flat);
+  }
+};
+struct Reshard {
+  template <typename Opt, typename Options, typename State>
+  static torch::Tensor run(torch::optim::Optimizer& optimizer, const FlatShard& flat, const torch::Tensor& bytes) {
+    reshard<Opt, Options, State>(optimizer, flat, bytes);
+    return {};
+  }
+};
+
+// Step::run with the optimizer's type: SGD, Adam or AdamW (setup_optimizers lets no other through).
+template <typename Step>
+torch::Tensor with_optimizer_type(torch::optim::Optimizer& optimizer, const FlatShard& flat,
+                                  const torch::Tensor& bytes = {}) {
+  if (dynamic_cast<torch::optim::SGD*>(&optimizer) != nullptr) {
+    return Step::template run<torch::optim::SGD, torch::optim::SGDOptions, torch::optim::SGDParamState>(optimizer, flat,
+                                                                                                      bytes);
+  }
+  if (dynamic_cast<torch::optim::AdamW*>(&optimizer) != nullptr) {
+    return Step::template run<torch::optim::AdamW, torch::optim::AdamWOptions, torch::optim::AdamWParamState>(
+        optimizer, flat, bytes);
+  }
+  LT_INTERNAL_ASSERT(dynamic_cast<torch::optim::Adam*>(&optimizer) != nullptr,
+                     "strategy fsdp: setup_optimizers let through an optimizer it cannot shard");
+  return Step::template run<torch::optim::Adam, torch::optim::AdamOptions, torch::optim::AdamParamState>(optimizer,
+                                                                                                      flat, bytes);
+}
+
+}  // namespace
+
+FSDPStrategy::FSDPStrategy(FSDPStrategyOptions options) : options_(std::move(options)) {
+  {
+    const FSDPStrategyOptions& options = options_;
+    const char* owner = "strategy fsdp: ";
+#define LT_OPTION LT_OPTION_CHECK
+#include <lightning_cpp/plugins/strategies/fsdp/fsdp_options.def>
+#undef LT_OPTION
+  }
+  const ShardingStrategy sharding = options_.sharding_strategy();
+  LT_CHECK_VALUE(sharding == ShardingStrategy::kShardGradOp || sharding == ShardingStrategy::kNoShard,
+                 "strategy fsdp: sharding_strategy ", OptionCodec<ShardingStrategy>::show(sharding),
+                 " (parameters sharded between steps) is not built yet; use SHARD_GRAD_OP (gradients and optimizer ",
+                 "state sharded) or NO_SHARD");
+}
+
+ParallelSettings FSDPStrategy::parallel_settings() const {
+  // A rank that ran out of data steps its chunk with the others: lockstep only.
+  return parallel_settings_of(options_, JoinMode::kLockstep);
+}
+
+std::unique_ptr<GradientSync> FSDPStrategy::make_gradient_sync(std::shared_ptr<torch::nn::Module> module,
+                                                               const c10::intrusive_ptr<c10d::ProcessGroup>& group,
+                                                               std::function<bool()> stop_wish) {
+  if (options_.sharding_strategy() == ShardingStrategy::kNoShard) {
+    return std::make_unique<DistributedDataParallel>(std::move(module), group,
+                                                     DistributedDataParallelOptions().stop_wish(std::move(stop_wish)));
+  }
+  return std::make_unique<FlatShard>(std::move(module), group);
+}
+
+OptimizerConfig FSDPStrategy::setup_optimizers(LightningModule& module) {
+  OptimizerConfig config = ParallelStrategy::setup_optimizers(module);
+  FlatShard* flat = flat_shard();
+  if (flat == nullptr) return config;
+  LT_CHECK_VALUE(config.optimizers.size() == 1, "strategy fsdp: SHARD_GRAD_OP shards one optimizer; ",
+                 "configure_optimizers() returned ", config.optimizers.size(), " (use sharding_strategy NO_SHARD)");
+  torch::optim::Optimizer& optimizer = *config.optimizer;
+  const bool supported = dynamic_cast<torch::optim::SGD*>(&optimizer) != nullptr ||
+                         dynamic_cast<torch::optim::Adam*>(&optimizer) != nullptr ||
+                         dynamic_cast<torch::optim::AdamW*>(&optimizer) != nullptr;
+  LT_CHECK_VALUE(supported, "strategy fsdp: SHARD_GRAD_OP shards the state of SGD, Adam and AdamW; ",
+                 "configure_optimizers() returned another optimizer (use sharding_strategy NO_SHARD)");
+  LT_CHECK_VALUE(optimizer.param_groups().size() == 1, "strategy fsdp: SHARD_GRAD_OP steps one flat chunk, so the ",
+                 "optimizer needs one parameter group; configure_optimizers() gave ", optimizer.param_groups().size(),
+                 " (per-group options are not sharded yet: use sharding_strategy NO_SHARD)");
+  std::unordered_set<const c10::TensorImpl*> trainable;
+  for (const auto& p : flat->parameters()) trainable.insert(p.unsafeGetTensorImpl());
+  std::unordered_set<const c10::TensorImpl*> given;
+  for (const auto& p : optimizer.param_groups()[0].params()) given.insert(p.unsafeGetTensorImpl());
+  LT_CHECK_VALUE(given == trainable, "strategy fsdp: the optimizer must step exactly the module's trainable ",
+                 "parameters (", trainable.size(), "); it was given ", given.size(),
+                 " others or a part of them (use sharding_strategy NO_SHARD)");
+  optimizer.param_groups()[0].params() = {flat->shard()};
+  optimizer.state().clear();
+  return config;
+}
+
+void FSDPStrategy::load_module_state(LightningModule& module, const c10::Dict<std::string, torch::Tensor>& state) {
+  ParallelStrategy::load_module_state(module, state);
+  if (FlatShard* flat = flat_shard()) flat->reload_shard();
+}
+
+torch::Tensor FSDPStrategy::optimizer_state(torch::optim::Optimizer& optimizer) {
+  FlatShard* flat = flat_shard();
+  if (flat == nullptr) return ParallelStrategy::optimizer_state(optimizer);
+  auto scope = watch("all_gather of the optimizer state (consolidated for a checkpoint)");
+  return with_optimizer_type<Consolidate>(optimizer, *flat);
+}
+
+void FSDPStrategy::load_optimizer_state(torch::optim::Optimizer& optimizer, const torch::Tensor& state) {
+  FlatShard* flat = flat_shard();
+  if (flat == nullptr) return ParallelStrategy::load_optimizer_state(optimizer, state);
+  with_optimizer_type<Reshard>(optimizer, *flat, state);
+}
+
+void FSDPStrategy::clip_gradients(torch::optim::Optimizer& optimizer, double clip_val,
+                                  GradientClipAlgorithm algorithm) {
+  FlatShard* flat = flat_shard();
+  if (flat == nullptr || clip_val <= 0.0) return ParallelStrategy::clip_gradients(optimizer, clip_val, algorithm);
+  torch::Tensor grad = flat->shard().grad();
+  if (!grad.defined()) return;  // alike on every rank: before the first reduction
+  torch::NoGradGuard no_grad;
+  if (algorithm == GradientClipAlgorithm::kValue) {
+    grad.clamp_(-clip_val, clip_val);
+    return;
+  }
+  // The padding's gradient is zero: the sum of squares is the module's.
+  const double total = std::sqrt(reduce(grad.pow(2).sum().to(torch::kDouble), ReduceOp::kSum).item<double>());
+  const double coef = clip_val / (total + 1e-6);
+  if (coef < 1.0) grad.mul_(coef);
+}
+
+bool FSDPStrategy::all_finite(const std::vector<torch::Tensor>& tensors) {
+  const bool local = ParallelStrategy::all_finite(tensors);
+  if (flat_shard() == nullptr) return local;
+  return reduce_boolean_decision(local, /*all=*/true);
+}
+
+}  // namespace lt

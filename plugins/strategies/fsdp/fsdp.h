@@ -1,0 +1,89 @@
+#pragma once
+// FSDPStrategy ("fsdp"): sharded data-parallel training (Lightning's
+// strategies/fsdp.py, PyTorch's FullyShardedDataParallel), on the same
+// foundation as DDP (strategies/parallel.h): launch, process group, watchdog,
+// the no_sync + lockstep Join epoch context. What it adds is how gradients
+// and parameters move (its gradient sync) and the state that stays true where
+// a rank holds only a part:
+//   SHARD_GRAD_OP  the gradients are reduce_scattered and each rank's
+//                  optimizer steps only its chunk of the flat parameters
+//                  (fsdp/flat_shard.h), then the chunks are all_gathered:
+//                  optimizer state and reduced gradients take 1/W per rank.
+//   NO_SHARD       DDP's semantics (c10d's Reducer).
+//   FULL_SHARD, HYBRID_SHARD (parameters sharded between steps and gathered
+//                  per unit) are refused until they are built.
+// Under uneven inputs a rank that ran out of data shadows the reduce_scatter
+// and steps its chunk with the reduced gradient (lockstep Join), so the
+// result is the single-optimizer window rule, where PyTorch's FSDP has no
+// Join and its ZeroRedundancyOptimizer under Join steps stale chunks.
+//
+//   lt::Trainer trainer(lt::TrainerOptions().devices(2).strategy(std::make_shared<lt::FSDPStrategy>(
+//       lt::FSDPStrategyOptions().sharding_strategy(lt::ShardingStrategy::kShardGradOp))));
+//
+// Checkpoints are DDP's: the module's whole state_dict, and each optimizer's
+// state consolidated into LibTorch's archive of the unsharded optimizer (a
+// collective); loading reshards it, from a checkpoint of any world size or strategy.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <lightning_cpp/core/options_table.h>
+#include <lightning_cpp/plugins/strategies/fsdp/flat_shard.h>
+#include <lightning_cpp/plugins/strategies/parallel.h>
+
+namespace lt {
+
+// PyTorch's torch.distributed.fsdp.ShardingStrategy.
+enum class ShardingStrategy { kFullShard, kShardGradOp, kNoShard, kHybridShard };
+
+template <>
+struct OptionEnumNames<ShardingStrategy> {
+  static constexpr std::pair<ShardingStrategy, const char*> kNames[] = {
+      {ShardingStrategy::kFullShard, "FULL_SHARD"},
+      {ShardingStrategy::kShardGradOp, "SHARD_GRAD_OP"},
+      {ShardingStrategy::kNoShard, "NO_SHARD"},
+      {ShardingStrategy::kHybridShard, "HYBRID_SHARD"}};
+};
+
+// The options' rows, with their docs: fsdp/fsdp_options.def.
+struct FSDPStrategyOptions {
+#define LT_OPTION LT_OPTION_ARG
+#include <lightning_cpp/plugins/strategies/fsdp/fsdp_options.def>
+#undef LT_OPTION
+};
+
+class FSDPStrategy : public ParallelStrategy {
+ public:
+  explicit FSDPStrategy(FSDPStrategyOptions options = {});
+  std::string name() const override { return "fsdp"; }
+  const FSDPStrategyOptions& options() const { return options_; }
+  // Between runs; the process group is made once per process.
+  FSDPStrategyOptions& options() { return options_; }
+  // The sharded gradient sync (SHARD_GRAD_OP) during a run, else null.
+  FlatShard* flat_shard() const { return dynamic_cast<FlatShard*>(gradient_sync()); }
+
+  // Sharded: one optimizer (SGD, Adam or AdamW, one parameter group over the
+  // module's trainable parameters), re-pointed at this rank's chunk.
+  OptimizerConfig setup_optimizers(LightningModule& module) override;
+  void load_module_state(LightningModule& module, const c10::Dict<std::string, torch::Tensor>& state) override;
+  // Sharded: consolidated into the unsharded optimizer's archive (a collective).
+  torch::Tensor optimizer_state(torch::optim::Optimizer& optimizer) override;
+  void load_optimizer_state(torch::optim::Optimizer& optimizer, const torch::Tensor& state) override;
+  // Sharded: by the norm over every rank's chunk (a collective), or by value.
+  void clip_gradients(torch::optim::Optimizer& optimizer, double clip_val, GradientClipAlgorithm algorithm) override;
+  // Sharded: decided alike (the ranks' gradients differ before the reduction).
+  bool all_finite(const std::vector<torch::Tensor>& tensors) override;
+
+ protected:
+  ParallelSettings parallel_settings() const override;
+  std::unique_ptr<GradientSync> make_gradient_sync(std::shared_ptr<torch::nn::Module> module,
+                                                   const c10::intrusive_ptr<c10d::ProcessGroup>& group,
+                                                   std::function<bool()> stop_wish) override;
+
+ private:
+  FSDPStrategyOptions options_;
+};
+
+}  // namespace lt

@@ -1,0 +1,195 @@
+// The fsdp strategy: sharded gradients and optimizer state under lockstep
+// Join, against the Python oracle's window rule (tests/fixtures/join_lockstep.txt:
+// PyTorch's own FSDP has no Join and its ZeroRedundancyOptimizer under Join
+// steps stale shards, so the oracle is the single-optimizer window rule) and
+// against the ddp strategy. Real worker processes, gloo on 127.0.0.1.
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+#include <string>
+
+#include <lightning_cpp/lightning.h>
+
+#include "distributed/join_oracle.h"
+#include "support/multiprocess.h"
+
+using namespace lt::testing;  // env_int, the Join oracle's model, data and fixtures
+
+namespace {
+
+// One per worker process each: a process group lives as long as its strategy.
+std::shared_ptr<lt::FSDPStrategy> fsdp() {
+  static auto strategy = std::make_shared<lt::FSDPStrategy>(
+      lt::FSDPStrategyOptions().process_group_timeout(std::chrono::seconds(30)));
+  return strategy;
+}
+
+std::shared_ptr<lt::DDPStrategy> ddp() {
+  static auto strategy = std::make_shared<lt::DDPStrategy>(
+      lt::DDPStrategyOptions().process_group_timeout(std::chrono::seconds(30)));
+  return strategy;
+}
+
+lt::TrainerOptions options(const std::shared_ptr<lt::Strategy>& strategy, int ws) {
+  return lt::TrainerOptions()
+      .strategy(strategy)
+      .devices(ws)
+      .enable_progress_bar(false)
+      .enable_model_summary(false)
+      .default_logger(false)
+      .default_root_dir(std::filesystem::temp_directory_path().string());
+}
+
+// The optimizer state a checkpoint holds, loaded into a fresh JoinNet's
+// optimizer: every state tensor, flattened and concatenated in parameter order.
+torch::Tensor optimizer_state_of(const std::string& path, const std::string& optim) {
+  auto model = std::make_shared<JoinNet>();
+  model->optim = optim;
+  auto optimizer = model->configure_optimizers().optimizer;
+  lt::optimizer_from_bytes(*optimizer, lt::pickle_load_file(path).toGenericDict().at("optimizer").toTensor());
+  std::vector<torch::Tensor> out;
+  for (const auto& p : model->parameters()) {
+    auto it = optimizer->state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+    if (it == optimizer->state().end()) continue;
+    if (auto* adam = dynamic_cast<torch::optim::AdamParamState*>(it->second.get())) {
+      out.push_back(adam->exp_avg().reshape(-1));
+      out.push_back(adam->exp_avg_sq().reshape(-1));
+      out.push_back(torch::tensor({static_cast<double>(adam->step())}, torch::kDouble));
+    } else if (auto* sgd = dynamic_cast<torch::optim::SGDParamState*>(it->second.get())) {
+      out.push_back(sgd->momentum_buffer().reshape(-1));
+    }
+  }
+  return out.empty() ? torch::zeros({0}, torch::kDouble) : torch::cat(out);
+}
+
+// Saves the run's checkpoint at the end of fit (every rank: it is a collective under fsdp).
+std::shared_ptr<lt::Callback> save_at_end(const std::string& path) {
+  auto callback = std::make_shared<lt::LambdaCallback>();
+  callback->on_train_end_fn = [path](lt::Trainer& trainer, lt::LightningModule&) { trainer.save_checkpoint(path); };
+  return callback;
+}
+
+}  // namespace
+
+// Every lockstep row of the fixture for this world size under SHARD_GRAD_OP
+// (NO_SHARD too for the SGD rows): the oracle's weights within 1e-6, the same
+// on every rank; the Adam and momentum rows' optimizer state equals ddp's
+// within 1e-6 (both consolidated from their checkpoints).
+LT_TEST_WORKER(FsdpLockstepMatrix) {
+  const int rank = env_int("RANK");
+  const int ws = env_int("WORLD_SIZE");
+  const std::string dir = env_str("LT_CKPT_DIR");
+  int checked = 0, states = 0;
+  for (const LockstepConfig& c : read_lockstep()) {
+    if (c.ws != ws || c.mode != "lockstep") continue;
+    const bool compare_state = c.optim != "sgd" && c.epochs == 3 && c.divide;
+    for (const lt::ShardingStrategy sharding : {lt::ShardingStrategy::kShardGradOp, lt::ShardingStrategy::kNoShard}) {
+      if (sharding == lt::ShardingStrategy::kNoShard && c.optim != "sgd") continue;
+      fsdp()->options().sharding_strategy(sharding).join_divide_by_initial_world_size(c.divide);
+      auto model = std::make_shared<JoinNet>();
+      model->optim = c.optim;
+      auto run_options = options(fsdp(), ws).max_epochs(c.epochs).accumulate_grad_batches(c.k);
+      if (compare_state && sharding == lt::ShardingStrategy::kShardGradOp) {
+        run_options.callbacks({save_at_end(dir + "/fsdp.ckpt")});
+      }
+      lt::Trainer trainer(run_options);
+      trainer.fit(model, rank_loader(rank, c.counts[rank]));
+      const torch::Tensor params = model->flat();
+      const torch::Tensor all = fsdp()->all_gather(params);
+      const double error = (params - torch::tensor(c.params, torch::kDouble)).abs().max().item<double>();
+      const double spread = (all - all[0]).abs().max().item<double>();
+      LT_WORKER_CHECK(error <= 1e-6 && spread == 0.0, c.describe(), " ",
+                      lt::OptionCodec<lt::ShardingStrategy>::show(sharding), ": error=", error,
+                      " spread across ranks=", spread);
+      ++checked;
+    }
+    if (!compare_state) continue;
+    ddp()->options().join_divide_by_initial_world_size(c.divide);
+    auto model = std::make_shared<JoinNet>();
+    model->optim = c.optim;
+    lt::Trainer trainer(options(ddp(), ws)
+                            .max_epochs(c.epochs)
+                            .accumulate_grad_batches(c.k)
+                            .callbacks({save_at_end(dir + "/ddp.ckpt")}));
+    trainer.fit(model, rank_loader(rank, c.counts[rank]));
+    const torch::Tensor sharded = optimizer_state_of(dir + "/fsdp.ckpt", c.optim);
+    const torch::Tensor whole = optimizer_state_of(dir + "/ddp.ckpt", c.optim);
+    LT_WORKER_CHECK(sharded.numel() == whole.numel() && sharded.numel() > 0, c.describe(), ": optimizer state of ",
+                    sharded.numel(), " values under fsdp, ", whole.numel(), " under ddp");
+    const double differ = (sharded - whole).abs().max().item<double>();
+    LT_WORKER_CHECK(differ <= 1e-6, c.describe(), ": the consolidated optimizer state differs from ddp's by ", differ);
+    ++states;
+  }
+  fsdp()->options().sharding_strategy(lt::ShardingStrategy::kShardGradOp).join_divide_by_initial_world_size(true);
+  ddp()->options().join_divide_by_initial_world_size(true);
+  std::cerr << "rank " << rank << ": " << checked << " runs match the oracle, " << states
+            << " optimizer states ddp's" << std::endl;
+  LT_WORKER_CHECK(checked > 0 && states > 0, "nothing checked for world size ", ws);
+  return 0;
+}
+
+namespace {
+void expect_matrix(int ranks) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("lt_fsdp_matrix_" + std::to_string(::getpid()) + "_" + std::to_string(ranks));
+  std::filesystem::create_directories(dir);
+  expect_workers_pass("FsdpLockstepMatrix", ranks, std::chrono::seconds(240), {{"LT_CKPT_DIR", dir.string()}});
+  std::filesystem::remove_all(dir);
+}
+}  // namespace
+
+TEST(FsdpJoin, ShardGradOpOnTheLockstepMatrixEqualsTheOracleAndDdpOnTwoRanks) { expect_matrix(2); }
+TEST(FsdpJoin, ShardGradOpOnTheLockstepMatrixEqualsTheOracleAndDdpOnThreeRanks) { expect_matrix(3); }
+TEST(FsdpJoin, ShardGradOpOnTheLockstepMatrixEqualsTheOracleAndDdpOnFourRanks) { expect_matrix(4); }
+
+// Full checkpoints of a sharded run: counts 5 and 8, accumulation 2, Adam, a
+// global-norm clip, 2 epochs, a mid-epoch checkpoint at step 6. Resumed under
+// fsdp it ends as the uninterrupted run bitwise; under ddp within 1e-6.
+LT_TEST_WORKER(FsdpCheckpoints) {
+  const int rank = env_int("RANK");
+  const std::string dir = env_str("LT_CKPT_DIR");
+  auto run = [&](const std::shared_ptr<lt::Strategy>& strategy, const std::string& ckpt_path, bool save) {
+    auto model = std::make_shared<JoinNet>();
+    model->optim = "adam";
+    auto run_options = options(strategy, 2).max_epochs(2).accumulate_grad_batches(2).gradient_clip_val(0.05);
+    if (save) {
+      run_options.callbacks({std::make_shared<lt::ModelCheckpoint>(
+          lt::ModelCheckpointOptions().dirpath(dir).every_n_train_steps(6).save_top_k(-1))});
+    }
+    lt::Trainer trainer(run_options);
+    trainer.fit(model, rank_loader(rank, rank == 0 ? 5 : 8), nullptr, ckpt_path);
+    return model->flat();
+  };
+  const torch::Tensor straight = run(fsdp(), "", /*save=*/true);
+  const std::string ckpt = dir + "/epoch=1-step=6.ckpt";
+  const torch::Tensor resumed = run(fsdp(), ckpt, /*save=*/false);
+  LT_WORKER_CHECK(resumed.equal(straight), "fsdp resumed from its mid-epoch checkpoint differs by ",
+                  (resumed - straight).abs().max().item<double>());
+  const torch::Tensor under_ddp = run(ddp(), ckpt, /*save=*/false);
+  const double differ = (under_ddp - straight).abs().max().item<double>();
+  LT_WORKER_CHECK(differ <= 1e-6, "ddp resumed from fsdp's checkpoint differs by ", differ);
+  return 0;
+}
+
+TEST(FsdpCheckpoint, AMidEpochCheckpointResumesExactlyUnderFsdpAndUnderDdp) {
+  const auto dir = std::filesystem::temp_directory_path() / ("lt_fsdp_ckpt_" + std::to_string(::getpid()));
+  expect_workers_pass("FsdpCheckpoints", 2, std::chrono::seconds(90), {{"LT_CKPT_DIR", dir.string()}});
+  std::filesystem::remove_all(dir);
+}
+
+// Sharding strategies not built yet are refused at construction (before any
+// process is launched), naming what to use instead.
+TEST(FsdpStrategy, RefusesTheShardingStrategiesNotBuiltYet) {
+  for (const auto sharding : {lt::ShardingStrategy::kFullShard, lt::ShardingStrategy::kHybridShard}) {
+    try {
+      lt::FSDPStrategy strategy(lt::FSDPStrategyOptions().sharding_strategy(sharding));
+      ADD_FAILURE() << lt::OptionCodec<lt::ShardingStrategy>::show(sharding) << " was accepted";
+    } catch (const lt::ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find("is not built yet; use SHARD_GRAD_OP"), std::string::npos) << e.what();
+    }
+  }
+}
