@@ -56,6 +56,12 @@ std::shared_ptr<lt::DDPStrategy> ddp() {
   return strategy;
 }
 
+std::shared_ptr<lt::FSDPStrategy> fsdp() {
+  static auto strategy = std::make_shared<lt::FSDPStrategy>(
+      lt::FSDPStrategyOptions().process_group_timeout(std::chrono::seconds(30)));
+  return strategy;
+}
+
 struct RunConfig {
   std::vector<int64_t> counts;
   int64_t k = 1;
@@ -65,6 +71,7 @@ struct RunConfig {
   std::string load;    // a checkpoint to start from
   int64_t save_after_epochs = -1;
   std::string save;
+  std::shared_ptr<lt::Strategy> strategy = ddp();
 };
 
 struct RunResult {
@@ -89,7 +96,7 @@ RunResult fabric_run(const RunConfig& c) {
     model = net;
   }
   RunResult result;
-  lt::Fabric fabric(lt::FabricOptions().strategy(ddp()).devices(ws));
+  lt::Fabric fabric(lt::FabricOptions().strategy(c.strategy).devices(ws));
   fabric.launch([&](lt::Fabric& f) {
     std::shared_ptr<torch::optim::Optimizer> optimizer;
     if (c.plain) {
@@ -123,18 +130,26 @@ double max_diff(const torch::Tensor& a, const torch::Tensor& b) { return (a - b)
 // Every row of the lockstep fixture for this world size: lockstep rows
 // against the window rule, pytorch rows against PyTorch DDP + Join; even
 // rows with a plain torch::nn::Module, odd ones with the LightningModule;
-// the Adam rows against the Trainer's run too.
+// the Adam rows against the Trainer's run too. With LT_FSDP=1 under the
+// fsdp strategy (SHARD_GRAD_OP), lockstep rows only.
 LT_TEST_WORKER(FabricLockstepMatrix) {
   const int rank = env_int("RANK");
   const int ws = env_int("WORLD_SIZE");
-  auto strategy = ddp();
+  const bool sharded = env_int("LT_FSDP") != 0;
+  std::shared_ptr<lt::ParallelStrategy> strategy = ddp();
+  if (sharded) strategy = fsdp();
   int checked = 0, against_trainer = 0;
   for (const LockstepConfig& c : read_lockstep()) {
-    if (c.ws != ws) continue;
-    strategy->options()
-        .join_mode(c.mode == "pytorch" ? lt::JoinMode::kPyTorch : lt::JoinMode::kLockstep)
-        .join_divide_by_initial_world_size(c.divide);
+    if (c.ws != ws || (sharded && c.mode != "lockstep")) continue;
+    if (sharded) {
+      fsdp()->options().join_divide_by_initial_world_size(c.divide);
+    } else {
+      ddp()->options()
+          .join_mode(c.mode == "pytorch" ? lt::JoinMode::kPyTorch : lt::JoinMode::kLockstep)
+          .join_divide_by_initial_world_size(c.divide);
+    }
     RunConfig run;
+    run.strategy = strategy;
     run.counts = c.counts;
     run.k = c.k;
     run.epochs = c.epochs;
@@ -163,7 +178,8 @@ LT_TEST_WORKER(FabricLockstepMatrix) {
     }
     ++checked;
   }
-  strategy->options().join_mode(lt::JoinMode::kLockstep).join_divide_by_initial_world_size(true);
+  ddp()->options().join_mode(lt::JoinMode::kLockstep).join_divide_by_initial_world_size(true);
+  fsdp()->options().join_divide_by_initial_world_size(true);
   std::cerr << "rank " << rank << ": " << checked << " configurations match the oracle, " << against_trainer
             << " the Trainer's run bitwise" << std::endl;
   LT_WORKER_CHECK(checked > 0 && against_trainer > 0, "no configuration for world size ", ws);
@@ -180,6 +196,11 @@ TEST(FabricJoin, LoopOnTheLockstepMatrixEqualsTheOracleAndTheTrainerOnThreeRanks
 
 TEST(FabricJoin, LoopOnTheLockstepMatrixEqualsTheOracleAndTheTrainerOnFourRanks) {
   expect_workers_pass("FabricLockstepMatrix", 4, std::chrono::seconds(180));
+}
+
+TEST(FabricJoin, LoopUnderFsdpOnTheLockstepMatrixEqualsTheOracleAndTheTrainerOnTwoAndThreeRanks) {
+  expect_workers_pass("FabricLockstepMatrix", 2, std::chrono::seconds(180), {{"LT_FSDP", "1"}});
+  expect_workers_pass("FabricLockstepMatrix", 3, std::chrono::seconds(180), {{"LT_FSDP", "1"}});
 }
 
 // A collective in the loop's body, which a rank that ran out of data could
