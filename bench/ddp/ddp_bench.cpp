@@ -4,7 +4,8 @@
 //   cpp 1 process          plain LibTorch loop, no DDP
 //   cpp ddp raw  N procs   the same loop with lt::DistributedDataParallel (gloo)
 //   cpp ddp trainer N      lt::Trainer with the ddp strategy (everything a user runs)
-//   cpp fabric N procs     the raw loop on lt::Fabric (fabric.join: no_sync + Join context)
+//   cpp fabric N procs     the raw loop on lt::Fabric (fabric.join), ddp with uneven_inputs pad as the
+//                          Trainer's role (LT_BENCH_FABRIC_JOIN=1: under Join, the default)
 //   cpp ddp fp16 N procs   the raw DDP loop with ddp_comm_hook fp16_compress_hook
 //                          (float16 buckets: half the bytes allreduced per step)
 //   python 1 / N procs     the same model and loop in PyTorch 1.13 (ddp_bench.py)
@@ -159,7 +160,13 @@ double fabric_loop(const Args& args, int64_t rank, int64_t world) {
   auto [x, y] = make_data(rank);
   lt::DataLoader loader(std::make_shared<lt::TensorDataset>(x, y), lt::DataLoaderOptions(kBatch));
   double sps = 0;
-  lt::Fabric fabric(lt::FabricOptions().devices(world).strategy(world > 1 ? "ddp" : "single_device"));
+  // LT_BENCH_FABRIC_JOIN=1: under Join (the default uneven_inputs), else as the Trainer's role (pad: no Join).
+  lt::FabricOptions options;
+  options.devices(world).strategy(world > 1 ? "ddp" : "single_device");
+  if (world > 1 && std::getenv("LT_BENCH_FABRIC_JOIN") == nullptr) {
+    options.strategy(std::make_shared<lt::DDPStrategy>(lt::DDPStrategyOptions().uneven_inputs(lt::UnevenInputs::kPad)));
+  }
+  lt::Fabric fabric(options);
   fabric.launch([&](lt::Fabric& f) {
     auto model = make_mlp();
     auto optimizer = f.setup(model, [](torch::nn::Module& m) -> lt::OptimizerConfig {
