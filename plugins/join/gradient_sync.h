@@ -105,6 +105,29 @@ class GradientSync : public Joinable {
     if (forward_shadow_) forward_shadow_();
   }
 
+  // -- the grad-sync flag (a Join that is not scheduled) --------------------------------
+  // Allreduce of ones(1) (zeros(1) under no_sync, or from a joined rank) on
+  // join_process_group(): tells joined ranks whether this micro-batch reduces
+  // gradients. Returns its Work; `result` (if given) is the summed tensor.
+  c10::intrusive_ptr<c10d::Work> grad_sync_flag(bool joined, torch::Tensor* result = nullptr) {
+    const bool sync = !joined && require_backward_grad_sync();
+    const auto options = torch::TensorOptions().device(join_device());
+    std::vector<torch::Tensor> t{sync ? torch::ones({1}, options) : torch::zeros({1}, options)};
+    if (result != nullptr) *result = t[0];
+    return join_process_group()->allreduce(t);
+  }
+  // In a joined rank's main_hook: whether the micro-batch it shadows reduces
+  // gradients, from the schedule (scheduled Join) or from the flag above.
+  bool joined_iteration_reduces() {
+    if (join_config().scheduled) {
+      LT_INTERNAL_ASSERT(scheduled_join_sync(), "scheduled Join without the iterations' gradient syncs");
+      return scheduled_join_sync()();
+    }
+    torch::Tensor flag;
+    grad_sync_flag(/*joined=*/true, &flag)->wait();
+    return flag.item<double>() != 0.0;
+  }
+
   // -- agreed stop ---------------------------------------------------------------------
   // The reduced wish since the last call (clears it), or nullopt when no
   // reduction carried one since.

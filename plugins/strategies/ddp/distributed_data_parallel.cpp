@@ -27,15 +27,7 @@ class DistributedDataParallel::JoinHookImpl : public JoinHook {
     // Buckets are rebuilt only once during a training period.
     ddp_.rebuild_buckets();
     ddp_.check_and_sync_module_buffers();
-    bool should_sync_backwards = false;
-    if (ddp_.join_config().scheduled) {
-      LT_INTERNAL_ASSERT(ddp_.scheduled_join_sync(), "scheduled Join without the iterations' gradient syncs");
-      should_sync_backwards = ddp_.scheduled_join_sync()();
-    } else {
-      torch::Tensor flag;
-      ddp_.check_global_requires_backward_grad_sync(/*is_joined_rank=*/true, &flag)->wait();
-      should_sync_backwards = flag.item<double>() != 0.0;
-    }
+    const bool should_sync_backwards = ddp_.joined_iteration_reduces();
     // Where the others run the module's forward and backward (on a group of their own).
     ddp_.shadow_forward();
     // Forward parameter sync is off in the next iteration if this one skips
@@ -231,7 +223,7 @@ void DistributedDataParallel::pre_forward_impl() {
   if (will_sync_module_buffers()) sync_buffers();
   if (join_config().enable && !join_config().scheduled) {
     // Joined ranks learn from this whether the backward reduces gradients.
-    grad_sync_work_ = check_global_requires_backward_grad_sync(/*is_joined_rank=*/false);
+    grad_sync_work_ = grad_sync_flag(/*joined=*/false);
   }
 }
 
@@ -347,15 +339,6 @@ int64_t DistributedDataParallel::find_common_rank(int64_t input_rank, bool rank_
   LT_CHECK(common != -1, "DistributedDataParallel (rank ", rank_,
            "): no rank was a candidate for the common rank; this is a bug in the Join bookkeeping");
   return common;
-}
-
-c10::intrusive_ptr<c10d::Work> DistributedDataParallel::check_global_requires_backward_grad_sync(
-    bool is_joined_rank, torch::Tensor* result) {
-  const bool sync = !is_joined_rank && require_backward_grad_sync();
-  std::vector<torch::Tensor> t{sync ? torch::ones({1}, torch::TensorOptions().device(device_))
-                                    : torch::zeros({1}, torch::TensorOptions().device(device_))};
-  if (result != nullptr) *result = t[0];
-  return process_group_->allreduce(t);
 }
 
 std::vector<c10d::GradBucket> DistributedDataParallel::match_all_reduce_for_bwd_pass() {

@@ -194,10 +194,6 @@ class DistributedDataParallel : public GradientSync {
   void sync_module_buffers(int64_t authoritative_rank);
   // allreduce(MAX) of (input_rank if rank_cond else -1); throws if every rank sent -1.
   int64_t find_common_rank(int64_t input_rank, bool rank_cond);
-  // allreduce of ones(1) (active rank syncing gradients) or zeros(1); not waited.
-  // `result` receives the tensor being reduced (read it after waiting).
-  c10::intrusive_ptr<c10d::Work> check_global_requires_backward_grad_sync(bool is_joined_rank,
-                                                                         torch::Tensor* result = nullptr);
   // One zero bucket per gradient bucket, in the Reducer's order, through
   // Reducer::run_comm_hook; waits for all. Returns the buckets, each now
   // holding the other ranks' sum (their averaged gradient).

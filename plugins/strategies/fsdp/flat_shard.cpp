@@ -18,15 +18,7 @@ class FlatShard::JoinHookImpl : public JoinHook {
   explicit JoinHookImpl(FlatShard& sync) : sync_(sync) {}
 
   void main_hook() override {
-    bool reduces = false;
-    if (sync_.join_config().scheduled) {
-      LT_INTERNAL_ASSERT(sync_.scheduled_join_sync(), "scheduled Join without the iterations' gradient syncs");
-      reduces = sync_.scheduled_join_sync()();
-    } else {
-      torch::Tensor flag;
-      sync_.grad_sync_flag(/*joined=*/true, &flag)->wait();
-      reduces = flag.item<double>() != 0.0;
-    }
+    const bool reduces = sync_.joined_iteration_reduces();
     sync_.shadow_forward();
     if (!reduces) return;
     // A zero gradient: chunk r of the sum is the active ranks' reduced gradient.
@@ -131,14 +123,6 @@ torch::Tensor FlatShard::gather(const torch::Tensor& chunk) const {
   torch::Tensor flat = torch::empty({chunk.numel() * collectives_.world_size()}, chunk.options());
   collectives_.all_gather(chunk.detach().contiguous().reshape(-1), flat);
   return flat;
-}
-
-c10::intrusive_ptr<c10d::Work> FlatShard::grad_sync_flag(bool joined, torch::Tensor* result) {
-  const bool sync = !joined && require_backward_grad_sync();
-  std::vector<torch::Tensor> t{sync ? torch::ones({1}, torch::TensorOptions().device(device_))
-                                    : torch::zeros({1}, torch::TensorOptions().device(device_))};
-  if (result != nullptr) *result = t[0];
-  return group_->allreduce(t);
 }
 
 void FlatShard::before_forward() {

@@ -80,8 +80,6 @@ class FlatShard : public GradientSync {
 
  private:
   class JoinHookImpl;
-  // 2: the grad-sync flag; a joined rank contributes zero.
-  c10::intrusive_ptr<c10d::Work> grad_sync_flag(bool joined, torch::Tensor* result);
   // 3: divides the flat gradient by `divisor`, reduce_scatters it, chunk r into shard().grad.
   void reduce_gradients(double divisor);
 
