@@ -5,6 +5,7 @@
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/checkpoint_io.h>
 #include <lightning_cpp/core/signals.h>
+#include <lightning_cpp/core/training_state.h>
 #include <lightning_cpp/data/data_loader.h>
 #include <lightning_cpp/plugins/precision/precision.h>
 #include <lightning_cpp/plugins/strategies/registration.h>
@@ -164,25 +165,12 @@ void Fabric::save(const std::string& path, const StateDict& extra) {
   LT_CHECK(module_ != nullptr, "Fabric::save: no module; call setup first");
   LT_CHECK(epoch_ == nullptr, "Fabric::save: inside a join() epoch's loop (rank ", global_rank(), ", batch ",
            state_.batch_idx, "): save between epochs, where every rank holds the same whole steps");
-  // The Trainer's keys (trainer/checkpoint.cpp), so that either resumes the other.
+  // The Trainer's part of a checkpoint (core/training_state.h), so that either resumes the other.
   StateDict ckpt = new_state_dict();
   for (const auto& entry : extra) ckpt.insert(entry.key(), entry.value());
-  ckpt.insert("state_dict", strategy_->module_state(*module_));
-  ckpt.insert("epoch", state_.current_epoch);
-  ckpt.insert("epoch_finished", state_.epoch_ended);
-  ckpt.insert("global_step", state_.global_step);
-  for (size_t i = 0; i < optim_.optimizers.size(); ++i) {
-    ckpt.insert(i == 0 ? std::string("optimizer") : c10::str("optimizer_", i),
-                strategy_->optimizer_state(*optim_.optimizers[i]));
-  }
-  if (optim_.lr_scheduler) ckpt.insert("lr_scheduler", optim_.lr_scheduler->state_dict());
-  if (StateDict precision = strategy_->precision().state_dict(); !precision.empty()) {
-    ckpt.insert(strategy_->precision().state_key(), precision);
-  }
+  dump_training_state(ckpt, *strategy_, *module_, optim_, state_);
   ckpt.insert("callbacks", new_state_dict());
   ckpt.insert("hparams", new_state_dict());
-  ckpt.insert("lightning_cpp_version", std::string("0.1.0"));
-  ckpt.insert("rng_states", rng_states());
   ckpt.insert("lr_scheduler_epoch_step_pending", false);  // Fabric's scheduler steps where the user steps it
   strategy_->save_checkpoint(ckpt, path);
 }
@@ -191,34 +179,7 @@ StateDict Fabric::load(const std::string& path) {
   check_launched("load");
   LT_CHECK(module_ != nullptr, "Fabric::load: no module; call setup first (load restores into what it made)");
   LT_CHECK(epoch_ == nullptr, "Fabric::load: inside a join() epoch's loop; load between epochs");
-  const c10::IValue loaded = pickle_load_file(path);
-  LT_CHECK_VALUE(loaded.isGenericDict(), "Fabric::load: '", path, "' is not a lightning-cpp checkpoint (not a dict)");
-  StateDict raw = loaded.toGenericDict();
-  LT_CHECK_VALUE(raw.contains("state_dict") && raw.contains("epoch") && raw.contains("global_step"),
-                 "Fabric::load: '", path, "' lacks state_dict/epoch/global_step");
-  strategy_->load_module_state(*module_, state_dict_from(loaded, path));
-  for (size_t i = 0; i < optim_.optimizers.size(); ++i) {
-    const std::string key = i == 0 ? std::string("optimizer") : c10::str("optimizer_", i);
-    LT_CHECK_VALUE(raw.contains(key), "Fabric::load: '", path, "' holds no state for optimizer ", i, " (setup made ",
-                   optim_.optimizers.size(), ")");
-    strategy_->load_optimizer_state(*optim_.optimizers[i], raw.at(key).toTensor());
-  }
-  if (optim_.lr_scheduler && raw.contains("lr_scheduler")) {
-    optim_.lr_scheduler->load_state_dict(raw.at("lr_scheduler").toGenericDict());
-    // A Trainer's checkpoint written at an epoch's end precedes its per-epoch scheduler step.
-    if (raw.contains("lr_scheduler_epoch_step_pending") && raw.at("lr_scheduler_epoch_step_pending").toBool()) {
-      optim_.lr_scheduler->step();
-    }
-  }
-  if (const std::string key = strategy_->precision().state_key(); raw.contains(key)) {
-    strategy_->precision().load_state_dict(raw.at(key).toGenericDict());
-  }
-  if (raw.contains("rng_states")) load_rng_states(raw.at("rng_states").toGenericDict());
-  state_.current_epoch = raw.at("epoch").toInt();
-  state_.epoch_ended = raw.contains("epoch_finished") && raw.at("epoch_finished").toBool();
-  state_.global_step = raw.at("global_step").toInt();
-  state_.resume_iteration = raw.contains("epoch_iteration") ? raw.at("epoch_iteration").toInt() : 0;
-  return raw;
+  return restore_training_state(pickle_load_file(path), path, *strategy_, *module_, optim_, state_);
 }
 
 void Fabric::log_dict(const std::map<std::string, double>& metrics, int64_t step) {
