@@ -43,7 +43,9 @@ std::unique_ptr<TrainingEpochContext> Strategy::training_epoch_context(Lightning
 torch::Tensor zero_loss(const torch::nn::Module& module, torch::Device device) {
   torch::Tensor zero = torch::zeros({}, device);
   for (const auto& p : module.parameters()) {
-    if (p.requires_grad()) zero = zero + (p * 0).sum();
+    // The sum of none of its elements: reaches the parameter in the graph
+    // without reading it (a sharded parameter's bytes may be freed).
+    if (p.requires_grad()) zero = zero + (p.dim() == 0 ? p.reshape({1}) : p).narrow(0, 0, 0).sum();
   }
   return zero;
 }

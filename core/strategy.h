@@ -160,6 +160,13 @@ class Strategy {
   virtual std::unique_ptr<TrainingEpochContext> training_epoch_context(LightningModule& module,
                                                                        const EpochPlan& plan);
 
+  // -- evaluation ----------------------------------------------------------------
+  // Around an evaluation loop (validation, test, predict), every rank at the
+  // same point: ranks evaluate different numbers of batches, so a strategy
+  // that shards parameters gathers them here (a collective) and frees them after.
+  virtual void on_evaluation_start() {}
+  virtual void on_evaluation_end() {}
+
   // -- state that stays true where a rank holds only a part of it --------------
   // Every rank calls each of these at the same point; a sharding strategy's
   // are collectives. The defaults are a rank that holds everything.
@@ -217,8 +224,8 @@ std::pair<int64_t, int64_t> count_range(Strategy& strategy, int64_t local);
 // found at its end, and so never taken as even).
 std::string uneven_counts(Strategy& strategy, int64_t local);
 
-// sum(p * 0) over the module's trainable parameters: a zero loss whose graph
-// reaches every parameter, so a DDP reducer sees every gradient ready and
+// A zero loss whose graph reaches every trainable parameter without reading
+// it (sums of no element), so a DDP reducer sees every gradient ready and
 // reduces what was accumulated, adding nothing (padding micro-batches).
 torch::Tensor zero_loss(const torch::nn::Module& module, torch::Device device);
 

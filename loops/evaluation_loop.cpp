@@ -12,6 +12,7 @@ std::map<std::string, double> EvaluationLoop::run(LoopContext& ctx, DataLoader& 
   const bool was_training = ctx.module.is_training();
   ctx.module.eval();
   torch::NoGradGuard no_grad;
+  ctx.strategy.on_evaluation_start();  // a sharding strategy gathers the parameters (every rank)
   ResultCollection& results = ctx.use_results(test ? Stage::kTest : Stage::kValidate, true);
   results.reset_epoch();
 
@@ -73,6 +74,7 @@ std::map<std::string, double> EvaluationLoop::run(LoopContext& ctx, DataLoader& 
     ctx.hooks.call(&Callback::on_validation_epoch_end);
     ctx.hooks.call(&Callback::on_validation_end);
   }
+  ctx.strategy.on_evaluation_end();
   if (was_training) ctx.module.train();
   ctx.state.sanity_checking = false;
   ctx.state.stage = previous_stage;

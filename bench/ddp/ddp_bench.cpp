@@ -36,6 +36,7 @@
 #include <lightning_cpp/trainer/trainer.h>
 
 #include "../machine_limit.h"
+#include "../ranks.h"
 
 namespace {
 
@@ -97,30 +98,6 @@ class MlpModule : public lt::LightningModule {
   torch::nn::Sequential net{nullptr};
 };
 
-// Steps/s measured from the batch after the warm-up to the end of training.
-class StepTimer : public lt::Callback {
- public:
-  explicit StepTimer(int64_t warmup) : warmup_(warmup) {}
-  std::string name() const override { return "StepTimer"; }
-  void on_train_batch_start(lt::Trainer& trainer, lt::LightningModule&, const lt::Batch&, int64_t) override {
-    if (trainer.global_step() == warmup_ && !started_) {
-      started_ = true;
-      t0_ = std::chrono::steady_clock::now();
-    }
-  }
-  void on_train_end(lt::Trainer& trainer, lt::LightningModule&) override {
-    sps_ = static_cast<double>(trainer.global_step() - warmup_) /
-           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
-  }
-  double steps_per_s() const { return sps_; }
-
- private:
-  int64_t warmup_;
-  bool started_ = false;
-  std::chrono::steady_clock::time_point t0_;
-  double sps_ = 0;
-};
-
 double trainer_loop(const Args& args, int64_t rank, int64_t world) {
   auto [x, y] = make_data(rank);
   // Every rank sees kChunks batches per epoch of its own data: the whole
@@ -133,7 +110,7 @@ double trainer_loop(const Args& args, int64_t rank, int64_t world) {
   }
   auto dataset = std::make_shared<lt::TensorDataset>(torch::cat(xs), torch::cat(ys));
   auto loader = std::make_shared<lt::DataLoader>(dataset, lt::DataLoaderOptions(kBatch));
-  auto timer = std::make_shared<StepTimer>(args.warmup);
+  auto timer = std::make_shared<lt::bench::StepTimer>(args.warmup);
   lt::TrainerOptions options;
   options.max_steps(args.warmup + args.steps)
       .devices(world)
@@ -221,23 +198,8 @@ double run_workers(const Args& args, const std::string& role) {
   const std::string out = (std::filesystem::temp_directory_path() /
                            ("lt_ddp_bench_" + std::to_string(::getpid()) + "_" + role + ".txt"))
                               .string();
-  const int port = lt::find_free_port();
-  std::vector<lt::WorkerSpec> specs;
-  for (int r = 0; r < args.world; ++r) {
-    lt::WorkerSpec spec;
-    spec.argv = lt::self_argv();
-    spec.env = {{"LT_BENCH_ROLE", role},         {"LT_BENCH_OUT", out},
-                {"RANK", std::to_string(r)},     {"LOCAL_RANK", std::to_string(r)},
-                {"WORLD_SIZE", std::to_string(args.world)}, {"MASTER_ADDR", "127.0.0.1"},
-                {"MASTER_PORT", std::to_string(port)}};
-    specs.push_back(std::move(spec));
-  }
-  auto exits = lt::launch_and_wait(specs, lt::LaunchOptions{std::chrono::minutes(10)});
-  for (size_t r = 0; r < exits.size(); ++r) {
-    if (!exits[r].ok()) {
-      std::cerr << "ddp_bench: " << role << " rank " << r << " " << exits[r].describe() << "\n";
-      return 0;
-    }
+  if (!lt::bench::run_ranks(args.world, {{"LT_BENCH_ROLE", role}, {"LT_BENCH_OUT", out}}, "ddp_bench: " + role)) {
+    return 0;
   }
   double sps = 0;
   std::ifstream(out) >> sps;

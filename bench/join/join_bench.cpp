@@ -30,6 +30,7 @@
 #include <lightning_cpp/trainer/trainer.h>
 
 #include "../machine_limit.h"
+#include "../ranks.h"
 
 namespace {
 
@@ -161,22 +162,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--reps")) args.reps = std::atoi(argv[i + 1]);
   }
   if (std::getenv("LT_JOIN_BENCH_WORKER") != nullptr) return worker(args);
-  std::vector<lt::WorkerSpec> specs;
-  const std::string port = std::to_string(lt::find_free_port());
-  for (int r = 0; r < args.world; ++r) {
-    lt::WorkerSpec spec;
-    spec.argv = lt::self_argv();
-    spec.env = {{"LT_JOIN_BENCH_WORKER", "1"}, {"RANK", std::to_string(r)}, {"LOCAL_RANK", std::to_string(r)},
-                {"WORLD_SIZE", std::to_string(args.world)}, {"LOCAL_WORLD_SIZE", std::to_string(args.world)},
-                {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}};
-    specs.push_back(spec);
-  }
-  const auto exits = lt::launch_and_wait(specs, lt::LaunchOptions{std::chrono::minutes(20)});
-  for (size_t r = 0; r < exits.size(); ++r) {
-    if (!exits[r].ok()) {
-      std::cerr << "join_bench: rank " << r << " " << exits[r].describe() << "\n";
-      return 1;
-    }
-  }
-  return 0;
+  return lt::bench::run_ranks(args.world, {{"LT_JOIN_BENCH_WORKER", "1"}}, "join_bench", std::chrono::minutes(20)) ? 0
+                                                                                                              : 1;
 }
+

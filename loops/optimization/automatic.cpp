@@ -58,10 +58,16 @@ void AutomaticOptimization::backward(LoopContext& ctx, const torch::Tensor& scal
   ctx.module.on_after_backward();
 }
 
-std::optional<std::string> first_nonfinite_gradient(const torch::nn::Module& module) {
+std::optional<std::string> first_nonfinite_gradient(const torch::nn::Module& module,
+                                                    torch::optim::Optimizer& optimizer) {
   for (const auto& p : module.named_parameters(/*recurse=*/true)) {
     const auto& grad = p.value().grad();
     if (grad.defined() && !torch::isfinite(grad).all().item<bool>()) return p.key();
+  }
+  for (const auto& group : optimizer.param_groups()) {
+    for (const auto& p : group.params()) {
+      if (p.grad().defined() && !torch::isfinite(p.grad()).all().item<bool>()) return "(the strategy's gradient shard)";
+    }
   }
   return std::nullopt;
 }
@@ -78,8 +84,11 @@ void AutomaticOptimization::optimizer_step(LoopContext& ctx) {
   std::vector<torch::Tensor> checked;  // the window's losses, and the gradients unless the precision judges them
   for (const auto& entry : losses) checked.push_back(entry.second);
   if (!precision.judges_gradients()) {
-    for (const auto& p : ctx.module.parameters(/*recurse=*/true)) {
-      if (p.grad().defined()) checked.push_back(p.grad());
+    // The optimizer's parameters: a sharding strategy's optimizer steps its shard, not the module's.
+    for (const auto& group : optimizer.param_groups()) {
+      for (const auto& p : group.params()) {
+        if (p.grad().defined()) checked.push_back(p.grad());
+      }
     }
   }
   // One host sync; false may also mean a finite sum overflowed: then first_nonfinite_gradient tells.
@@ -90,7 +99,10 @@ void AutomaticOptimization::optimizer_step(LoopContext& ctx) {
                            batch_idx, ", global step ", ctx.state.global_step,
                            " (trainer.on_nonfinite=error; use skip_step to skip such steps)"));
     }
-    if (auto name = first_nonfinite_gradient(ctx.module)) {
+    // Where ranks hold different gradients (a shard each) every rank learns whether any found one.
+    std::optional<std::string> name = first_nonfinite_gradient(ctx.module, optimizer);
+    if (ctx.strategy.reduce_boolean_decision(name.has_value(), /*all=*/false)) {
+      if (!name) name = "(on another rank's gradient shard)";
       if (ctx.options.on_nonfinite() == NonFinitePolicy::kError) {
         throw Error(c10::str("non-finite gradient in parameter '", *name, "' at epoch ", ctx.state.current_epoch,
                              ", batch ", ctx.state.batch_idx, ", global step ", ctx.state.global_step,

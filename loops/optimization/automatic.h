@@ -44,8 +44,10 @@ class AutomaticOptimization : public OptimizationLoop {
   std::vector<std::pair<int64_t, torch::Tensor>> window_losses_;
 };
 
-// Name of the first parameter whose gradient has a NaN or an infinity.
-std::optional<std::string> first_nonfinite_gradient(const torch::nn::Module& module);
+// Name of the first parameter whose gradient has a NaN or an infinity: the
+// module's, then the optimizer's own (a sharding strategy's shard).
+std::optional<std::string> first_nonfinite_gradient(const torch::nn::Module& module,
+                                                    torch::optim::Optimizer& optimizer);
 
 // Runs the per-step LR scheduler if its frequency says so.
 void step_scheduler(OptimizerConfig& config, Interval interval, int64_t counter);

@@ -66,6 +66,10 @@ class NoSyncEpochContext : public TrainingEpochContext {
   bool stop_requested(bool local) override {
     return agree_stop(parts_.watchdog, parts_.sync, local, state_, /*lockstep=*/true, /*sync=*/true);
   }
+  void finish() override {
+    auto scope = watch(parts_.watchdog, "the gradient sync's epoch end");
+    parts_.sync.end_epoch();
+  }
 
  private:
   EpochParts parts_;
@@ -232,6 +236,10 @@ class JoinEpochContext : public TrainingEpochContext {
     {
       auto scope = watch(watchdog_, kJoinShadowingScope);
       join_->join();
+    }
+    {
+      auto scope = watch(watchdog_, "the gradient sync's epoch end");
+      sync_.end_epoch();
     }
     if (!settings_.enable) return;
     // In lockstep every rank took every step.

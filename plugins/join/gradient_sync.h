@@ -22,6 +22,7 @@
 //                     implementation whose gradients alias its buffers detaches them);
 //   after_optimizer_step()  after the step (a sharded sync gathers the
 //                     updated shards: a collective every rank issues).
+// And per epoch, end_epoch() after its last iteration, on every rank.
 // Its JoinHook's main_hook, on a joined rank, issues the same collectives
 // with neutral values (a sync it learns of from the flag above, or from
 // scheduled_join_sync() when scheduled), and with a join_step() set (lockstep
@@ -54,6 +55,10 @@ class GradientSync : public Joinable {
   virtual void backward(const torch::Tensor& loss) = 0;
   virtual void release_gradients() {}
   virtual void after_optimizer_step() {}
+  // After an epoch's last iteration (and a Join's shadowing), on every rank:
+  // a sync that frees parameters between micro-batches makes the module whole
+  // for what runs between epochs (a collective).
+  virtual void end_epoch() {}
 
   // -- no_sync -----------------------------------------------------------------------
   bool require_backward_grad_sync() const { return require_backward_grad_sync_; }
@@ -100,8 +105,11 @@ class GradientSync : public Joinable {
   // Shadows the module's collective layers for a rank with no micro-batch in
   // an iteration: a joined rank's main_hook calls it every iteration, a
   // padding micro-batch after before_forward(). Unset: the module has none.
+  // An implementation whose own collectives run inside forward and backward
+  // (a sharded sync's gathers) overrides shadow_forward to learn that the
+  // micro-batch is a padding one, and shadows them in its backward.
   void set_forward_shadow(std::function<void()> shadow) { forward_shadow_ = std::move(shadow); }
-  void shadow_forward() const {
+  virtual void shadow_forward() {
     if (forward_shadow_) forward_shadow_();
   }
 

@@ -68,6 +68,7 @@ struct RunConfig {
   int64_t epochs = 1;
   std::string optim = "sgd";
   bool plain = false;  // a plain torch::nn::Module (else the LightningModule JoinNet)
+  bool units = false;  // JoinNet's Linears declared lt::FSDPUnit
   std::string load;    // a checkpoint to start from
   int64_t save_after_epochs = -1;
   std::string save;
@@ -90,7 +91,7 @@ RunResult fabric_run(const RunConfig& c) {
     forward = [net](const torch::Tensor& x) { return net->forward(x); };
     model = net;
   } else {
-    auto net = std::make_shared<JoinNet>();
+    auto net = std::make_shared<JoinNet>(c.units);
     net->optim = c.optim;
     forward = [net](const torch::Tensor& x) { return net->forward(x); };
     model = net;
@@ -131,13 +132,17 @@ double max_diff(const torch::Tensor& a, const torch::Tensor& b) { return (a - b)
 // against the window rule, pytorch rows against PyTorch DDP + Join; even
 // rows with a plain torch::nn::Module, odd ones with the LightningModule;
 // the Adam rows against the Trainer's run too. With LT_FSDP=1 under the
-// fsdp strategy (SHARD_GRAD_OP), lockstep rows only.
+// fsdp strategy's FULL_SHARD, lockstep rows only: the plain module one unit,
+// JoinNet's Linears declared units.
 LT_TEST_WORKER(FabricLockstepMatrix) {
   const int rank = env_int("RANK");
   const int ws = env_int("WORLD_SIZE");
   const bool sharded = env_int("LT_FSDP") != 0;
   std::shared_ptr<lt::ParallelStrategy> strategy = ddp();
-  if (sharded) strategy = fsdp();
+  if (sharded) {
+    strategy = fsdp();
+    fsdp()->options().sharding_strategy(lt::ShardingStrategy::kFullShard);
+  }
   int checked = 0, against_trainer = 0;
   for (const LockstepConfig& c : read_lockstep()) {
     if (c.ws != ws || (sharded && c.mode != "lockstep")) continue;
@@ -155,13 +160,15 @@ LT_TEST_WORKER(FabricLockstepMatrix) {
     run.epochs = c.epochs;
     run.optim = c.optim;
     run.plain = checked % 2 == 0;
+    run.units = sharded;  // the plain module: one unit
     const RunResult fabric = fabric_run(run);
     const torch::Tensor all = strategy->all_gather(fabric.params);
     const double error = max_diff(fabric.params, torch::tensor(c.params, torch::kDouble));
     const double spread = (all - all[0]).abs().max().item<double>();
     LT_WORKER_CHECK(error <= 1e-6 && spread == 0.0, c.describe(), ": error=", error, " spread across ranks=", spread);
     if (c.optim == "adam") {
-      auto model = std::make_shared<JoinNet>();
+      // The same units as the Fabric run's model (gloo's ring sums an element in an order set by where it sits).
+      auto model = std::make_shared<JoinNet>(run.units && !run.plain);
       model->optim = c.optim;
       lt::Trainer trainer(lt::TrainerOptions()
                               .strategy(strategy)
@@ -179,7 +186,7 @@ LT_TEST_WORKER(FabricLockstepMatrix) {
     ++checked;
   }
   ddp()->options().join_mode(lt::JoinMode::kLockstep).join_divide_by_initial_world_size(true);
-  fsdp()->options().join_divide_by_initial_world_size(true);
+  fsdp()->options().join_divide_by_initial_world_size(true).sharding_strategy(lt::ShardingStrategy::kShardGradOp);
   std::cerr << "rank " << rank << ": " << checked << " configurations match the oracle, " << against_trainer
             << " the Trainer's run bitwise" << std::endl;
   LT_WORKER_CHECK(checked > 0 && against_trainer > 0, "no configuration for world size ", ws);
@@ -198,7 +205,7 @@ TEST(FabricJoin, LoopOnTheLockstepMatrixEqualsTheOracleAndTheTrainerOnFourRanks)
   expect_workers_pass("FabricLockstepMatrix", 4, std::chrono::seconds(180));
 }
 
-TEST(FabricJoin, LoopUnderFsdpOnTheLockstepMatrixEqualsTheOracleAndTheTrainerOnTwoAndThreeRanks) {
+TEST(FabricJoin, LoopUnderFsdpFullShardOnTheLockstepMatrixEqualsTheOracleAndTheTrainerOnTwoAndThreeRanks) {
   expect_workers_pass("FabricLockstepMatrix", 2, std::chrono::seconds(180), {{"LT_FSDP", "1"}});
   expect_workers_pass("FabricLockstepMatrix", 3, std::chrono::seconds(180), {{"LT_FSDP", "1"}});
 }

@@ -73,12 +73,36 @@ std::shared_ptr<lt::Callback> save_at_end(const std::string& path) {
   return callback;
 }
 
+// JoinNet with a validation step whose forward runs the units (the ranks validate different numbers of batches).
+class ValidatedJoinNet : public JoinNet {
+ public:
+  using JoinNet::JoinNet;
+  bool has_validation_step() const override { return true; }
+  void validation_step(const lt::Batch& batch, int64_t /*batch_idx*/) override {
+    ++validated;
+    log("val_loss", torch::mse_loss(forward(batch.data), batch.target));
+  }
+  int64_t validated = 0;
+};
+
 }  // namespace
 
-// Every lockstep row of the fixture for this world size under SHARD_GRAD_OP
-// (NO_SHARD too for the SGD rows): the oracle's weights within 1e-6, the same
-// on every rank; the Adam and momentum rows' optimizer state equals ddp's
-// within 1e-6 (both consolidated from their checkpoints).
+// How a row is sharded: the strategy, and for FULL_SHARD where the units come from.
+struct Sharding {
+  lt::ShardingStrategy strategy;
+  bool declared_units = false;  // JoinNet's Linears as lt::FSDPUnit
+  int64_t min_num_params = 0;   // the size policy (5: each Linear a unit)
+  std::string name() const {
+    return lt::OptionCodec<lt::ShardingStrategy>::show(strategy) + (declared_units ? " (declared units)" : "") +
+           (min_num_params > 0 ? " (policy units)" : "");
+  }
+};
+
+// Every lockstep row of the fixture for this world size under SHARD_GRAD_OP,
+// FULL_SHARD with declared units (NO_SHARD too for the SGD rows, FULL_SHARD
+// with policy units for the momentum and Adam rows): the oracle's weights
+// within 1e-6, the same on every rank; the Adam and momentum rows' optimizer
+// state, consolidated from checkpoints, equals ddp's within 1e-6.
 LT_TEST_WORKER(FsdpLockstepMatrix) {
   const int rank = env_int("RANK");
   const int ws = env_int("WORLD_SIZE");
@@ -87,14 +111,23 @@ LT_TEST_WORKER(FsdpLockstepMatrix) {
   for (const LockstepConfig& c : read_lockstep()) {
     if (c.ws != ws || c.mode != "lockstep") continue;
     const bool compare_state = c.optim != "sgd" && c.epochs == 3 && c.divide;
-    for (const lt::ShardingStrategy sharding : {lt::ShardingStrategy::kShardGradOp, lt::ShardingStrategy::kNoShard}) {
-      if (sharding == lt::ShardingStrategy::kNoShard && c.optim != "sgd") continue;
-      fsdp()->options().sharding_strategy(sharding).join_divide_by_initial_world_size(c.divide);
-      auto model = std::make_shared<JoinNet>();
+    std::vector<Sharding> shardings{{lt::ShardingStrategy::kShardGradOp},
+                                    {lt::ShardingStrategy::kFullShard, /*declared_units=*/true}};
+    if (c.optim == "sgd") shardings.push_back({lt::ShardingStrategy::kNoShard});
+    if (c.optim != "sgd") shardings.push_back({lt::ShardingStrategy::kFullShard, false, /*min_num_params=*/5});
+    std::vector<std::string> saved;
+    for (const Sharding& sharding : shardings) {
+      fsdp()
+          ->options()
+          .sharding_strategy(sharding.strategy)
+          .auto_wrap_min_num_params(sharding.min_num_params)
+          .join_divide_by_initial_world_size(c.divide);
+      auto model = std::make_shared<JoinNet>(sharding.declared_units);
       model->optim = c.optim;
       auto run_options = options(fsdp(), ws).max_epochs(c.epochs).accumulate_grad_batches(c.k);
-      if (compare_state && sharding == lt::ShardingStrategy::kShardGradOp) {
-        run_options.callbacks({save_at_end(dir + "/fsdp.ckpt")});
+      if (compare_state && sharding.strategy != lt::ShardingStrategy::kNoShard) {
+        saved.push_back(dir + "/fsdp" + std::to_string(saved.size()) + ".ckpt");
+        run_options.callbacks({save_at_end(saved.back())});
       }
       lt::Trainer trainer(run_options);
       trainer.fit(model, rank_loader(rank, c.counts[rank]));
@@ -102,8 +135,7 @@ LT_TEST_WORKER(FsdpLockstepMatrix) {
       const torch::Tensor all = fsdp()->all_gather(params);
       const double error = (params - torch::tensor(c.params, torch::kDouble)).abs().max().item<double>();
       const double spread = (all - all[0]).abs().max().item<double>();
-      LT_WORKER_CHECK(error <= 1e-6 && spread == 0.0, c.describe(), " ",
-                      lt::OptionCodec<lt::ShardingStrategy>::show(sharding), ": error=", error,
+      LT_WORKER_CHECK(error <= 1e-6 && spread == 0.0, c.describe(), " ", sharding.name(), ": error=", error,
                       " spread across ranks=", spread);
       ++checked;
     }
@@ -116,15 +148,22 @@ LT_TEST_WORKER(FsdpLockstepMatrix) {
                             .accumulate_grad_batches(c.k)
                             .callbacks({save_at_end(dir + "/ddp.ckpt")}));
     trainer.fit(model, rank_loader(rank, c.counts[rank]));
-    const torch::Tensor sharded = optimizer_state_of(dir + "/fsdp.ckpt", c.optim);
     const torch::Tensor whole = optimizer_state_of(dir + "/ddp.ckpt", c.optim);
-    LT_WORKER_CHECK(sharded.numel() == whole.numel() && sharded.numel() > 0, c.describe(), ": optimizer state of ",
-                    sharded.numel(), " values under fsdp, ", whole.numel(), " under ddp");
-    const double differ = (sharded - whole).abs().max().item<double>();
-    LT_WORKER_CHECK(differ <= 1e-6, c.describe(), ": the consolidated optimizer state differs from ddp's by ", differ);
-    ++states;
+    for (const std::string& path : saved) {
+      const torch::Tensor sharded = optimizer_state_of(path, c.optim);
+      LT_WORKER_CHECK(sharded.numel() == whole.numel() && sharded.numel() > 0, c.describe(), ": optimizer state of ",
+                      sharded.numel(), " values in ", path, ", ", whole.numel(), " under ddp");
+      const double differ = (sharded - whole).abs().max().item<double>();
+      LT_WORKER_CHECK(differ <= 1e-6, c.describe(), ": the consolidated optimizer state of ", path,
+                      " differs from ddp's by ", differ);
+      ++states;
+    }
   }
-  fsdp()->options().sharding_strategy(lt::ShardingStrategy::kShardGradOp).join_divide_by_initial_world_size(true);
+  fsdp()
+      ->options()
+      .sharding_strategy(lt::ShardingStrategy::kShardGradOp)
+      .auto_wrap_min_num_params(0)
+      .join_divide_by_initial_world_size(true);
   ddp()->options().join_divide_by_initial_world_size(true);
   std::cerr << "rank " << rank << ": " << checked << " runs match the oracle, " << states
             << " optimizer states ddp's" << std::endl;
@@ -142,54 +181,67 @@ void expect_matrix(int ranks) {
 }
 }  // namespace
 
-TEST(FsdpJoin, ShardGradOpOnTheLockstepMatrixEqualsTheOracleAndDdpOnTwoRanks) { expect_matrix(2); }
-TEST(FsdpJoin, ShardGradOpOnTheLockstepMatrixEqualsTheOracleAndDdpOnThreeRanks) { expect_matrix(3); }
-TEST(FsdpJoin, ShardGradOpOnTheLockstepMatrixEqualsTheOracleAndDdpOnFourRanks) { expect_matrix(4); }
+TEST(FsdpJoin, EveryShardingOnTheLockstepMatrixEqualsTheOracleAndDdpOnTwoRanks) { expect_matrix(2); }
+TEST(FsdpJoin, EveryShardingOnTheLockstepMatrixEqualsTheOracleAndDdpOnThreeRanks) { expect_matrix(3); }
+TEST(FsdpJoin, EveryShardingOnTheLockstepMatrixEqualsTheOracleAndDdpOnFourRanks) { expect_matrix(4); }
 
 // Full checkpoints of a sharded run: counts 5 and 8, accumulation 2, Adam, a
-// global-norm clip, 2 epochs, a mid-epoch checkpoint at step 6. Resumed under
-// fsdp it ends as the uninterrupted run bitwise; under ddp within 1e-6.
+// global-norm clip, 2 epochs, a mid-epoch checkpoint at step 6, under
+// SHARD_GRAD_OP and under FULL_SHARD with declared units (validating every 3
+// batches, on 1 and 2 batches: the ranks evaluate different numbers). Resumed
+// under its sharding it ends as the uninterrupted run bitwise; under ddp
+// within 1e-6.
 LT_TEST_WORKER(FsdpCheckpoints) {
   const int rank = env_int("RANK");
   const std::string dir = env_str("LT_CKPT_DIR");
-  auto run = [&](const std::shared_ptr<lt::Strategy>& strategy, const std::string& ckpt_path, bool save) {
-    auto model = std::make_shared<JoinNet>();
-    model->optim = "adam";
-    auto run_options = options(strategy, 2).max_epochs(2).accumulate_grad_batches(2).gradient_clip_val(0.05);
-    if (save) {
-      run_options.callbacks({std::make_shared<lt::ModelCheckpoint>(
-          lt::ModelCheckpointOptions().dirpath(dir).every_n_train_steps(6).save_top_k(-1))});
-    }
-    lt::Trainer trainer(run_options);
-    trainer.fit(model, rank_loader(rank, rank == 0 ? 5 : 8), nullptr, ckpt_path);
-    return model->flat();
-  };
-  const torch::Tensor straight = run(fsdp(), "", /*save=*/true);
-  const std::string ckpt = dir + "/epoch=1-step=6.ckpt";
-  const torch::Tensor resumed = run(fsdp(), ckpt, /*save=*/false);
-  LT_WORKER_CHECK(resumed.equal(straight), "fsdp resumed from its mid-epoch checkpoint differs by ",
-                  (resumed - straight).abs().max().item<double>());
-  const torch::Tensor under_ddp = run(ddp(), ckpt, /*save=*/false);
-  const double differ = (under_ddp - straight).abs().max().item<double>();
-  LT_WORKER_CHECK(differ <= 1e-6, "ddp resumed from fsdp's checkpoint differs by ", differ);
+  for (const bool full_shard : {false, true}) {
+    const std::string run_dir = dir + (full_shard ? "/full" : "/grad_op");
+    fsdp()->options().sharding_strategy(full_shard ? lt::ShardingStrategy::kFullShard
+                                                   : lt::ShardingStrategy::kShardGradOp);
+    auto run = [&](const std::shared_ptr<lt::Strategy>& strategy, const std::string& ckpt_path, bool save) {
+      auto model = std::make_shared<ValidatedJoinNet>(full_shard);
+      model->optim = "adam";
+      auto run_options = options(strategy, 2).max_epochs(2).accumulate_grad_batches(2).gradient_clip_val(0.05);
+      if (full_shard) run_options.val_check_interval(3).num_sanity_val_steps(0);
+      if (save) {
+        run_options.callbacks({std::make_shared<lt::ModelCheckpoint>(
+            lt::ModelCheckpointOptions().dirpath(run_dir).every_n_train_steps(6).save_top_k(-1))});
+      }
+      lt::Trainer trainer(run_options);
+      trainer.fit(model, rank_loader(rank, rank == 0 ? 5 : 8), full_shard ? rank_loader(rank, 1 + rank) : nullptr,
+                  ckpt_path);
+      LT_WORKER_CHECK(!full_shard || model->validated > 0, "FULL_SHARD: no validation ran");
+      return model->flat();
+    };
+    const torch::Tensor straight = run(fsdp(), "", /*save=*/true);
+    const std::string ckpt = run_dir + "/epoch=1-step=6.ckpt";
+    const torch::Tensor resumed = run(fsdp(), ckpt, /*save=*/false);
+    LT_WORKER_CHECK(resumed.equal(straight), (full_shard ? "FULL_SHARD" : "SHARD_GRAD_OP"),
+                    " resumed from its mid-epoch checkpoint differs by ", (resumed - straight).abs().max().item<double>());
+    const torch::Tensor under_ddp = run(ddp(), ckpt, /*save=*/false);
+    const double differ = (under_ddp - straight).abs().max().item<double>();
+    LT_WORKER_CHECK(differ <= 1e-6, "ddp resumed from ", (full_shard ? "FULL_SHARD" : "SHARD_GRAD_OP"),
+                    "'s checkpoint differs by ", differ);
+  }
+  fsdp()->options().sharding_strategy(lt::ShardingStrategy::kShardGradOp);
   return 0;
 }
 
-TEST(FsdpCheckpoint, AMidEpochCheckpointResumesExactlyUnderFsdpAndUnderDdp) {
+TEST(FsdpCheckpoint, AMidEpochCheckpointResumesExactlyUnderShardGradOpAndFullShardAndUnderDdp) {
   const auto dir = std::filesystem::temp_directory_path() / ("lt_fsdp_ckpt_" + std::to_string(::getpid()));
   expect_workers_pass("FsdpCheckpoints", 2, std::chrono::seconds(90), {{"LT_CKPT_DIR", dir.string()}});
   std::filesystem::remove_all(dir);
 }
 
-// Sharding strategies not built yet are refused at construction (before any
+// HYBRID_SHARD, not built yet, is refused at construction (before any
 // process is launched), naming what to use instead.
-TEST(FsdpStrategy, RefusesTheShardingStrategiesNotBuiltYet) {
-  for (const auto sharding : {lt::ShardingStrategy::kFullShard, lt::ShardingStrategy::kHybridShard}) {
-    try {
-      lt::FSDPStrategy strategy(lt::FSDPStrategyOptions().sharding_strategy(sharding));
-      ADD_FAILURE() << lt::OptionCodec<lt::ShardingStrategy>::show(sharding) << " was accepted";
-    } catch (const lt::ValueError& e) {
-      EXPECT_NE(std::string(e.what()).find("is not built yet; use SHARD_GRAD_OP"), std::string::npos) << e.what();
-    }
+TEST(FsdpStrategy, RefusesHybridShardNotBuiltYet) {
+  try {
+    lt::FSDPStrategy strategy(lt::FSDPStrategyOptions().sharding_strategy(lt::ShardingStrategy::kHybridShard));
+    ADD_FAILURE() << "HYBRID_SHARD was accepted";
+  } catch (const lt::ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("is not built yet; use FULL_SHARD, SHARD_GRAD_OP or NO_SHARD"),
+              std::string::npos)
+        << e.what();
   }
 }

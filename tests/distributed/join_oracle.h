@@ -35,12 +35,18 @@ inline void init_like_oracle(torch::nn::Module& module) {
 
 class JoinNet : public lt::LightningModule {
  public:
-  JoinNet() {
-    l1 = register_module("l1", torch::nn::Linear(kIn, kHidden));
-    l2 = register_module("l2", torch::nn::Linear(kHidden, 1));
+  // units: each Linear declared an lt::FSDPUnit (the same parameters, names and initial values).
+  explicit JoinNet(bool units = false) {
+    if (units) {
+      u1 = register_module("l1", lt::FSDPUnit<torch::nn::Linear>(kIn, kHidden));
+      u2 = register_module("l2", lt::FSDPUnit<torch::nn::Linear>(kHidden, 1));
+    } else {
+      l1 = register_module("l1", torch::nn::Linear(kIn, kHidden));
+      l2 = register_module("l2", torch::nn::Linear(kHidden, 1));
+    }
     init_like_oracle(*this);
   }
-  torch::Tensor forward(const torch::Tensor& x) { return l2(torch::tanh(l1(x))); }
+  torch::Tensor forward(const torch::Tensor& x) { return u1 ? u2(torch::tanh(u1(x))) : l2(torch::tanh(l1(x))); }
   torch::Tensor training_step(const lt::Batch& batch, int64_t /*batch_idx*/) override {
     ++training_steps;
     torch::Tensor loss = torch::mse_loss(forward(batch.data), batch.target);
@@ -89,6 +95,8 @@ class JoinNet : public lt::LightningModule {
 
   torch::nn::Linear l1{nullptr};
   torch::nn::Linear l2{nullptr};
+  lt::FSDPUnit<torch::nn::Linear> u1{nullptr};
+  lt::FSDPUnit<torch::nn::Linear> u2{nullptr};
   int64_t training_steps = 0;
   bool log_value = false;
   std::vector<std::pair<double, double>> logged;

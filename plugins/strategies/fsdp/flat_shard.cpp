@@ -1,16 +1,90 @@
 #include <lightning_cpp/plugins/strategies/fsdp/flat_shard.h>
 
+#include <algorithm>
+#include <mutex>
+#include <utility>
+#include <unordered_map>
 #include <unordered_set>
 
+#include <c10/core/impl/alloc_cpu.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/distributed/c10d/comm.hpp>
 
 #include <lightning_cpp/core/check.h>
+#include <lightning_cpp/core/rank_zero.h>
 
 namespace lt {
 
 namespace {
 constexpr int64_t kBroadcastBucketBytes = int64_t(250) * 1024 * 1024;
-}
+
+const char* op_name(int64_t op) { return op == 0 ? "all_gather" : "reduce_scatter"; }
+}  // namespace
+
+// Blocks of the units' sizes, kept for reuse: a FULL_SHARD step gathers and
+// frees every unit's buffer, and reduces every unit through a buffer of the
+// same size; from the C allocator those would stay in its heap (glibc's
+// mmap threshold grows to the sizes it sees freed) and the process's
+// resident set would grow by about a model's size. A block is handed out as
+// a DataPtr whose deleter gives it back (the pool lives as long as a block).
+class FlatShard::BlockPool : public std::enable_shared_from_this<BlockPool> {
+ public:
+  ~BlockPool() {
+    for (auto& [bytes, blocks] : free_) {
+      for (void* block : blocks) c10::free_cpu(block);
+    }
+  }
+  at::DataPtr take(size_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    void* block = nullptr;
+    auto& blocks = free_[bytes];
+    if (blocks.empty()) {
+      block = c10::alloc_cpu(bytes);
+    } else {
+      block = blocks.back();
+      blocks.pop_back();
+    }
+    return at::DataPtr(block, new Taken{shared_from_this(), block, bytes}, &give_back, at::Device(at::kCPU));
+  }
+  // A CPU tensor of `numel` elements of `options`' dtype in a block.
+  torch::Tensor tensor(int64_t numel, const torch::TensorOptions& options) {
+    const size_t bytes = static_cast<size_t>(numel) * options.dtype().itemsize();
+    at::DataPtr data = take(bytes);
+    c10::Storage storage(c10::Storage::use_byte_size_t(), bytes, std::move(data), nullptr, /*resizable=*/false);
+    return torch::empty({0}, options).set_(storage, 0, {numel}, {1});
+  }
+
+ private:
+  struct Taken {
+    std::shared_ptr<BlockPool> pool;
+    void* block;
+    size_t bytes;
+  };
+  static void give_back(void* ctx) {
+    std::unique_ptr<Taken> taken(static_cast<Taken*>(ctx));
+    std::lock_guard<std::mutex> lock(taken->pool->mutex_);
+    taken->pool->free_[taken->bytes].push_back(taken->block);
+  }
+  std::mutex mutex_;
+  std::unordered_map<size_t, std::vector<void*>> free_;
+};
+
+struct FlatShard::Unit {
+  std::string name;                  // the module path heading it ("" for the root)
+  FSDPUnitBase* declared = nullptr;  // an lt::FSDPUnit, or null (policy, root)
+  bool freeable = false;
+  std::vector<size_t> params;    // into params_, in the module's order
+  std::vector<int64_t> offsets;  // where each starts in `full`
+  int64_t chunk = 0;             // S_u
+  int64_t shard_offset = 0;      // where the rank's chunk starts in shard_data_
+  torch::Tensor full;            // W * S_u: the parameters are views of it
+  bool materialized = true;      // full's storage holds the parameters
+  bool gathered = true;          // as the sequence sees it (canonical window: recorded, not real)
+  size_t ready = 0;              // parameters whose gradient accumulated in this backward
+  bool done = false;             // reduced (or freed) in this backward
+  bool gathered_outside = false;  // gathered for a forward outside a micro-batch (freed after it)
+  torch::Tensor grads;            // W * S_u: where its parameters' gradients accumulate (declared units)
+};
 
 // Shadows one micro-batch of the ranks still training (see flat_shard.h).
 class FlatShard::JoinHookImpl : public JoinHook {
@@ -19,19 +93,16 @@ class FlatShard::JoinHookImpl : public JoinHook {
 
   void main_hook() override {
     const bool reduces = sync_.joined_iteration_reduces();
-    sync_.shadow_forward();
+    sync_.GradientSync::shadow_forward();  // the collective layers' (their own group)
+    sync_.divisor_ = 1.0;                  // the zeros it sends need none
+    sync_.pos_ = 0;
+    sync_.record_.clear();
+    sync_.replay(reduces);
     if (!reduces) return;
-    // A zero gradient: chunk r of the sum is the active ranks' reduced gradient.
-    {
-      torch::NoGradGuard no_grad;
-      sync_.flat_grads_.zero_();
-    }
-    sync_.zero_grads_ = true;
-    sync_.reduce_gradients(/*divisor=*/1.0);
     LT_CHECK(sync_.join_step() != nullptr,
              "strategy fsdp: a rank that ran out of data must step its shard with the others (lockstep Join); "
              "without a join step it would spread a stale shard");
-    sync_.join_step()();  // its optimizer step issues the all_gather the others issue
+    sync_.join_step()();  // its optimizer step issues the gathers the others issue
   }
 
   // The buffers from the last rank to join (the parameters are equal already).
@@ -54,48 +125,135 @@ class FlatShard::JoinHookImpl : public JoinHook {
   FlatShard& sync_;
 };
 
-FlatShard::FlatShard(std::shared_ptr<torch::nn::Module> module, c10::intrusive_ptr<c10d::ProcessGroup> group)
-    : module_(std::move(module)), group_(std::move(group)), collectives_(group_) {
+FlatShard::FlatShard(std::shared_ptr<torch::nn::Module> module, c10::intrusive_ptr<c10d::ProcessGroup> group,
+                     FlatShardOptions options)
+    : module_(std::move(module)),
+      group_(std::move(group)),
+      collectives_(group_),
+      free_parameters_(options.free_parameters) {
   LT_CHECK(module_ != nullptr, "strategy fsdp: the module is null");
   std::unordered_set<const c10::TensorImpl*> seen;
   for (const auto& p : module_->parameters(/*recurse=*/true)) {
     if (p.requires_grad() && seen.insert(p.unsafeGetTensorImpl()).second) params_.push_back(p);
   }
   LT_CHECK(!params_.empty(), "strategy fsdp: the module has no trainable parameter");
-  const torch::TensorOptions options = params_[0].options();
   device_ = params_[0].device();
-  for (const auto& p : params_) {
-    LT_CHECK_VALUE(p.dtype() == params_[0].dtype() && p.device() == device_, "strategy fsdp: the module's trainable ",
-                   "parameters must share one dtype and device (they are flattened into one buffer); found ",
-                   p.dtype(), " on ", p.device(), " and ", params_[0].dtype(), " on ", device_);
-  }
   torch::NoGradGuard no_grad;
   {
-    // Every rank starts from rank 0's parameters and buffers, as DDP does.
+    // Every rank starts from rank 0's parameters and buffers, as DDP does:
+    // here the frozen ones, the trainable ones unit by unit below (in place,
+    // so that the module is never twice in memory).
     std::vector<torch::Tensor> states;
-    for (const auto& p : module_->parameters(/*recurse=*/true)) states.push_back(p.detach());
+    for (const auto& p : module_->parameters(/*recurse=*/true)) {
+      if (!p.requires_grad()) states.push_back(p.detach());
+    }
     for (const auto& b : module_->buffers(/*recurse=*/true)) {
       if (b.defined()) states.push_back(b.detach());
     }
-    c10d::broadcast_coalesced(group_, states, kBroadcastBucketBytes, 0);
+    if (!states.empty()) c10d::broadcast_coalesced(group_, states, kBroadcastBucketBytes, 0);
   }
-  for (const auto& p : params_) {
-    offsets_.push_back(numel_);
-    numel_ += p.numel();
+  build_units(options);
+  const int64_t world = collectives_.world_size(), rank = collectives_.rank();
+  int64_t total = 0;
+  for (Unit& unit : units_) {
+    int64_t numel = 0;
+    for (size_t i : unit.params) {
+      unit.offsets.push_back(numel);
+      numel += params_[i].numel();
+    }
+    unit.chunk = (numel + world - 1) / world;
+    unit.shard_offset = total;
+    total += unit.chunk;
   }
-  const int64_t world = collectives_.world_size();
-  const int64_t s = (numel_ + world - 1) / world;
-  flat_params_ = torch::zeros({world * s}, options.requires_grad(false));
-  flat_grads_ = torch::zeros({world * s}, options.requires_grad(false));
+  shard_data_ = torch::zeros({total}, params_[0].options().requires_grad(false));
+  if (device_.is_cpu()) pool_ = std::make_shared<BlockPool>();
+  for (size_t u = 0; u < units_.size(); ++u) {
+    Unit& unit = units_[u];
+    const torch::Tensor& first = params_[unit.params[0]];
+    unit.full = torch::zeros({world * unit.chunk}, first.options().requires_grad(false));
+    for (size_t j = 0; j < unit.params.size(); ++j) {
+      torch::Tensor& p = params_[unit.params[j]];
+      LT_CHECK_VALUE(p.dtype() == first.dtype() && p.device() == first.device(), "strategy fsdp: the trainable ",
+                     "parameters of a unit must share one dtype and device (they are flattened into one buffer); ",
+                     "unit '", unit.name, "' has ", p.dtype(), " on ", p.device(), " and ", first.dtype(), " on ",
+                     first.device());
+      unit.full.narrow(0, unit.offsets[j], p.numel()).copy_(p.detach().reshape(-1));
+    }
+    std::vector<torch::Tensor> from_rank0{unit.full};
+    group_->broadcast(from_rank0)->wait();
+    for (size_t j = 0; j < unit.params.size(); ++j) {
+      torch::Tensor& p = params_[unit.params[j]];
+      p.set_data(unit.full.narrow(0, unit.offsets[j], p.numel()).view(p.sizes()));
+    }
+    shard_data_.narrow(0, unit.shard_offset, unit.chunk).copy_(unit.full.narrow(0, rank * unit.chunk, unit.chunk));
+    // The optimizer's parameter for this unit: a leaf whose bytes are its part of shard_data_.
+    shards_.push_back(shard_data_.narrow(0, unit.shard_offset, unit.chunk).detach().requires_grad_(true));
+    for (size_t j = 0; j < unit.params.size(); ++j) {
+      const size_t i = unit.params[j];
+      auto accumulator = torch::autograd::impl::grad_accumulator(params_[i]);
+      hook_keys_.push_back(accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+          [this, u](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
+            Unit& unit = units_[u];
+            if (in_micro_batch_ && ++unit.ready == unit.params.size()) on_ready(u);
+            return outputs;
+          })));
+      accumulators_.push_back(std::move(accumulator));
+    }
+    if (unit.declared != nullptr) unit.declared->set_unit_hooks(this);
+  }
+}
+
+void FlatShard::build_units(const FlatShardOptions& options) {
+  std::unordered_map<const c10::TensorImpl*, size_t> index;
+  for (size_t i = 0; i < params_.size(); ++i) index[params_[i].unsafeGetTensorImpl()] = i;
+  constexpr size_t kNone = static_cast<size_t>(-1);
+  std::vector<size_t> owner(params_.size(), kNone);
+  std::vector<Unit> units;
+  // A submodule's parameters not yet in a unit become one (bottom-up: the innermost first).
+  auto claim = [&](const std::string& name, torch::nn::Module& m, FSDPUnitBase* declared) {
+    std::vector<size_t> mine;
+    for (const auto& p : m.parameters(/*recurse=*/true)) {
+      auto it = index.find(p.unsafeGetTensorImpl());
+      if (it != index.end() && owner[it->second] == kNone) mine.push_back(it->second);
+    }
+    std::sort(mine.begin(), mine.end());
+    mine.erase(std::unique(mine.begin(), mine.end()), mine.end());
+    int64_t numel = 0;
+    for (size_t i : mine) numel += params_[i].numel();
+    if (mine.empty() || (declared == nullptr && numel < options.min_num_params)) return;
+    for (size_t i : mine) owner[i] = units.size();
+    Unit unit;
+    unit.name = name;
+    unit.declared = declared;
+    unit.params = std::move(mine);
+    units.push_back(std::move(unit));
+  };
+  const auto named = module_->named_modules("", /*include_self=*/false);
+  std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> modules;
+  for (const auto& item : named) modules.emplace_back(item.key(), item.value());
+  // Post-order: a module after its descendants (named_modules is pre-order: reversed).
+  for (auto it = modules.rbegin(); it != modules.rend(); ++it) {
+    if (auto* declared = dynamic_cast<FSDPUnitBase*>(it->second.get())) claim(it->first, *it->second, declared);
+  }
+  if (options.min_num_params > 0) {
+    for (auto it = modules.rbegin(); it != modules.rend(); ++it) claim(it->first, *it->second, nullptr);
+  }
+  std::vector<size_t> rest;
   for (size_t i = 0; i < params_.size(); ++i) {
-    torch::Tensor& p = params_[i];
-    torch::Tensor params = flat_params_.narrow(0, offsets_[i], p.numel());
-    params.copy_(p.detach().reshape(-1));
-    p.set_data(params.view(p.sizes()));
-    // Gradients accumulate in place into the flat buffer (AccumulateGrad adds to a defined gradient).
-    p.mutable_grad() = flat_grads_.narrow(0, offsets_[i], p.numel()).view(p.sizes());
+    if (owner[i] == kNone) rest.push_back(i);
   }
-  shard_ = flat_params_.narrow(0, collectives_.rank() * s, s).clone().requires_grad_(true);
+  if (!rest.empty()) {
+    Unit root;
+    root.params = std::move(rest);
+    units.push_back(std::move(root));
+  }
+  std::sort(units.begin(), units.end(), [](const Unit& a, const Unit& b) { return a.params[0] < b.params[0]; });
+  for (Unit& unit : units) unit.freeable = options.free_parameters;
+  units_ = std::move(units);
+  unit_of_.assign(params_.size(), 0);
+  for (size_t u = 0; u < units_.size(); ++u) {
+    for (size_t i : units_[u].params) unit_of_[i] = u;
+  }
 }
 
 FlatShard::~FlatShard() {
@@ -107,23 +265,236 @@ FlatShard::~FlatShard() {
       // Destroyed after a failed step: the error has been reported already.
     }
   }
-  // The module keeps its parameters (views of the flat buffer) and plain gradients.
-  for (auto& p : params_) {
-    if (p.grad().defined()) p.mutable_grad() = p.grad().detach().clone();
+  for (size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->del_post_hook(hook_keys_[i]);
+  bool emptied = false;
+  for (Unit& unit : units_) {
+    if (unit.declared != nullptr) unit.declared->set_unit_hooks(nullptr);
+    if (unit.materialized) continue;
+    // A run that failed with the parameters sharded: no collective can make
+    // them whole here; empty tensors fail where they are used, not at random.
+    for (size_t i : unit.params) params_[i].set_data(torch::empty({0}, params_[i].options()));
+    emptied = true;
   }
+  if (emptied) {
+    rank_zero_warn("strategy fsdp: the run ended with the parameters sharded (FULL_SHARD), so the module's sharded ",
+                   "parameters are now empty; load a checkpoint to use the module");
+  }
+}
+
+std::vector<std::string> FlatShard::unit_names() const {
+  std::vector<std::string> names;
+  for (const Unit& unit : units_) names.push_back(unit.name);
+  return names;
+}
+
+std::vector<torch::Tensor> FlatShard::unflatten(const torch::Tensor& chunk) const {
+  torch::NoGradGuard no_grad;
+  const int64_t world = collectives_.world_size(), s = shard_data_.numel();
+  torch::Tensor all = torch::empty({world * s}, chunk.options());
+  collectives_.all_gather(chunk.detach().contiguous().reshape(-1), all);
+  std::vector<torch::Tensor> out(params_.size());
+  for (const Unit& unit : units_) {
+    // The unit's flat buffer: rank r's chunk of it sits at r * S + shard_offset.
+    torch::Tensor full = torch::empty({world * unit.chunk}, chunk.options());
+    for (int64_t r = 0; r < world; ++r) {
+      full.narrow(0, r * unit.chunk, unit.chunk).copy_(all.narrow(0, r * s + unit.shard_offset, unit.chunk));
+    }
+    for (size_t j = 0; j < unit.params.size(); ++j) {
+      const torch::Tensor& p = params_[unit.params[j]];
+      out[unit.params[j]] = full.narrow(0, unit.offsets[j], p.numel()).view(p.sizes()).clone();
+    }
+  }
+  return out;
+}
+
+torch::Tensor FlatShard::flatten(const std::vector<torch::Tensor>& whole) const {
+  LT_INTERNAL_ASSERT(whole.size() == params_.size(), "FlatShard::flatten: ", whole.size(), " tensors for ",
+                     params_.size(), " parameters");
+  torch::NoGradGuard no_grad;
+  const int64_t rank = collectives_.rank();
+  torch::Tensor out = torch::zeros({shard_data_.numel()}, whole[0].options());
+  for (const Unit& unit : units_) {
+    torch::Tensor full = torch::zeros({collectives_.world_size() * unit.chunk}, whole[0].options());
+    for (size_t j = 0; j < unit.params.size(); ++j) {
+      const torch::Tensor& t = whole[unit.params[j]];
+      full.narrow(0, unit.offsets[j], t.numel()).copy_(t.reshape(-1));
+    }
+    out.narrow(0, unit.shard_offset, unit.chunk).copy_(full.narrow(0, rank * unit.chunk, unit.chunk));
+  }
+  return out;
+}
+
+// -- storage of a unit's full buffer ------------------------------------------------------------
+
+void FlatShard::gather(size_t u) {
+  Unit& unit = units_[u];
+  torch::NoGradGuard no_grad;
+  c10::StorageImpl* storage = unit.full.storage().unsafeGetStorageImpl();
+  if (!unit.materialized) {
+    const size_t bytes = static_cast<size_t>(unit.full.numel()) * unit.full.element_size();
+    storage->set_data_ptr_noswap(pool_ ? pool_->take(bytes) : storage->allocator()->allocate(bytes));
+    storage->set_nbytes(bytes);
+    unit.materialized = true;
+  }
+  collectives_.all_gather(shard_data_.narrow(0, unit.shard_offset, unit.chunk), unit.full);
+}
+
+void FlatShard::free(size_t u) {
+  Unit& unit = units_[u];
+  if (!unit.freeable || !unit.materialized) return;
+  c10::StorageImpl* storage = unit.full.storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(at::DataPtr(nullptr, storage->device()));
+  storage->set_nbytes(0);
+  unit.materialized = false;
+}
+
+torch::Tensor FlatShard::unit_buffer(const Unit& unit) const {
+  const int64_t numel = collectives_.world_size() * unit.chunk;
+  return pool_ ? pool_->tensor(numel, unit.full.options()) : torch::empty({numel}, unit.full.options());
+}
+
+void FlatShard::accumulate_in_place(size_t u) {
+  Unit& unit = units_[u];
+  if (unit.grads.defined() || !torch::GradMode::is_enabled()) return;
+  torch::NoGradGuard no_grad;
+  unit.grads = unit_buffer(unit).zero_();
+  for (size_t j = 0; j < unit.params.size(); ++j) {
+    torch::Tensor& p = params_[unit.params[j]];
+    torch::Tensor view = unit.grads.narrow(0, unit.offsets[j], p.numel()).view(p.sizes());
+    if (p.grad().defined()) view.copy_(p.grad());
+    p.mutable_grad() = view;
+  }
+}
+
+void FlatShard::reduce(size_t u) {
+  Unit& unit = units_[u];
+  torch::NoGradGuard no_grad;
+  // The unit's gradients, flat: accumulated there in place (a declared unit), or gathered into a buffer.
+  torch::Tensor flat = std::move(unit.grads);
+  unit.grads = torch::Tensor();
+  if (!flat.defined()) {
+    flat = unit_buffer(unit).zero_();
+    for (size_t j = 0; j < unit.params.size(); ++j) {
+      const torch::Tensor& p = params_[unit.params[j]];
+      if (p.grad().defined()) flat.narrow(0, unit.offsets[j], p.numel()).copy_(p.grad().reshape(-1));
+    }
+  }
+  for (size_t i : unit.params) params_[i].mutable_grad() = torch::Tensor();
+  if (divisor_ != 1.0) flat.div_(divisor_);
+  torch::Tensor& grad = shards_[u].mutable_grad();
+  if (!grad.defined()) grad = torch::zeros_like(shards_[u]);
+  collectives_.reduce_scatter(flat, grad);
+}
+
+void FlatShard::unshard() {
+  for (size_t u = 0; u < units_.size(); ++u) {
+    if (!units_[u].materialized) gather(u);
+  }
+}
+
+bool FlatShard::whole() const {
+  return std::all_of(units_.begin(), units_.end(), [](const Unit& unit) { return unit.materialized; });
+}
+
+void FlatShard::reshard() {
+  if (canonical()) return;  // every unit stays whole until the sequence is known
+  for (size_t u = 0; u < units_.size(); ++u) free(u);
 }
 
 void FlatShard::reload_shard() {
   torch::NoGradGuard no_grad;
-  shard_.copy_(flat_params_.narrow(0, collectives_.rank() * shard_.numel(), shard_.numel()));
+  const int64_t rank = collectives_.rank();
+  for (const Unit& unit : units_) {
+    LT_INTERNAL_ASSERT(unit.materialized, "FlatShard::reload_shard with unit '", unit.name, "' sharded");
+    shard_data_.narrow(0, unit.shard_offset, unit.chunk).copy_(unit.full.narrow(0, rank * unit.chunk, unit.chunk));
+  }
 }
 
-torch::Tensor FlatShard::gather(const torch::Tensor& chunk) const {
-  torch::NoGradGuard no_grad;
-  torch::Tensor flat = torch::empty({chunk.numel() * collectives_.world_size()}, chunk.options());
-  collectives_.all_gather(chunk.detach().contiguous().reshape(-1), flat);
-  return flat;
+// -- the sequence --------------------------------------------------------------------------------
+
+void FlatShard::event(Op op, size_t u) {
+  Unit& unit = units_[u];
+  if (op == kGather) unit.gathered = true;
+  const int64_t code = static_cast<int64_t>(op) * static_cast<int64_t>(units_.size()) + static_cast<int64_t>(u);
+  if (canonical()) {
+    record_.push_back(code);
+    return;
+  }
+  // The sequence under no_sync has no reduce_scatter.
+  while (pos_ < sequence_.size() && !sync_ && sequence_[pos_] / static_cast<int64_t>(units_.size()) == kReduce) {
+    ++pos_;
+  }
+  if (pos_ >= sequence_.size() || sequence_[pos_] != code) {
+    const std::string expected =
+        pos_ < sequence_.size()
+            ? c10::str(op_name(sequence_[pos_] / static_cast<int64_t>(units_.size())), " of unit '",
+                       units_[sequence_[pos_] % static_cast<int64_t>(units_.size())].name, "'")
+            : std::string("nothing more");
+    throw Error(c10::str("strategy fsdp: this micro-batch's collective ", pos_ + 1, " is the ", op_name(op),
+                         " of unit '", unit.name, "' where every earlier micro-batch had the ", expected,
+                         ": a rank with no data shadows the units' collectives in the order the first micro-batch ",
+                         "ran them, so every micro-batch must run the same units in the same order (an lt::FSDPUnit ",
+                         "called in a branch, or a parameter that gets a gradient only sometimes, changes it)"));
+  }
+  ++pos_;
+  issue(op, u);
 }
+
+void FlatShard::issue(Op op, size_t u) {
+  if (op == kGather) {
+    gather(u);
+    return;
+  }
+  free(u);  // first: the parameters' bytes are not needed for the reduction
+  reduce(u);
+}
+
+void FlatShard::replay(bool reduces) {
+  sync_ = reduces;
+  if (canonical()) {
+    if (!reduces) return;
+    for (size_t u = units_.size(); u-- > 0;) reduce(u);
+    share_sequence(/*has_record=*/false);
+    return;
+  }
+  const int64_t n = static_cast<int64_t>(units_.size());
+  for (; pos_ < sequence_.size(); ++pos_) {
+    const int64_t op = sequence_[pos_] / n;
+    const size_t u = static_cast<size_t>(sequence_[pos_] % n);
+    if (op == kReduce && !reduces) continue;
+    if (op == kGather) {
+      gather(u);
+    } else {
+      reduce(u);
+    }
+  }
+  for (size_t u = 0; u < units_.size(); ++u) free(u);
+}
+
+void FlatShard::share_sequence(bool has_record) {
+  // Long enough for every unit's gathers in forward and backward and its reduction, twice over.
+  const int64_t length = 8 * static_cast<int64_t>(units_.size()) + 8;
+  LT_CHECK(!has_record || static_cast<int64_t>(record_.size()) <= length, "strategy fsdp: a micro-batch ran ",
+           record_.size(), " collectives over ", units_.size(), " units (more than ", length,
+           "): is an lt::FSDPUnit called many times in one forward?");
+  torch::Tensor t = torch::full({length + 1}, int64_t(-1), torch::TensorOptions().dtype(torch::kLong).device(device_));
+  if (has_record) {
+    t[0] = static_cast<int64_t>(record_.size());
+    for (size_t i = 0; i < record_.size(); ++i) t[static_cast<int64_t>(i) + 1] = record_[i];
+  }
+  std::vector<torch::Tensor> v{t};
+  c10d::AllreduceOptions max;
+  max.reduceOp = c10d::ReduceOp::MAX;
+  group_->allreduce(v, max)->wait();
+  const torch::Tensor got = v[0].cpu();
+  const int64_t size = got[0].item<int64_t>();
+  LT_CHECK(size >= 0, "strategy fsdp: no rank ran the first micro-batch that reduces gradients");
+  const auto* data = got.data_ptr<int64_t>();
+  sequence_.assign(data + 1, data + 1 + size);
+  for (size_t u = 0; u < units_.size(); ++u) free(u);
+}
+
+// -- one micro-batch --------------------------------------------------------------------------------
 
 void FlatShard::before_forward() {
   heartbeat_ = Join::notify_join_context(*this);
@@ -132,38 +503,149 @@ void FlatShard::before_forward() {
     grad_sync_work_->wait();
     grad_sync_work_.reset();
   }
+  in_micro_batch_ = true;
+  shadowing_ = false;
+  sync_ = require_backward_grad_sync();
+  pos_ = 0;
+  record_.clear();
+  canonical_next_ = 0;
+  for (Unit& unit : units_) {
+    unit.gathered = !unit.freeable;
+    unit.ready = 0;
+    unit.done = false;
+  }
+  for (size_t u = 0; u < units_.size(); ++u) {
+    if (units_[u].freeable && units_[u].declared == nullptr) event(kGather, u);
+  }
+}
+
+void FlatShard::shadow_forward() {
+  GradientSync::shadow_forward();
+  shadowing_ = true;
+}
+
+void FlatShard::enter(FSDPUnitBase& declared) {
+  const auto it = std::find_if(units_.begin(), units_.end(), [&](const Unit& u) { return u.declared == &declared; });
+  LT_INTERNAL_ASSERT(it != units_.end(), "FlatShard: an lt::FSDPUnit it does not know");
+  const size_t u = static_cast<size_t>(it - units_.begin());
+  if (in_micro_batch_) {
+    if (it->freeable && !it->gathered) event(kGather, u);
+    return;
+  }
+  // Outside a training micro-batch (an evaluation, and the time between
+  // epochs, have every unit whole): a sharded unit is gathered for this
+  // forward only, so every rank must run it.
+  if (!it->materialized) {
+    gather(u);
+    it->gathered_outside = true;
+  }
+}
+
+void FlatShard::leave(FSDPUnitBase& declared, const std::vector<torch::Tensor>& outputs) {
+  const auto it = std::find_if(units_.begin(), units_.end(), [&](const Unit& u) { return u.declared == &declared; });
+  const size_t u = static_cast<size_t>(it - units_.begin());
+  if (!it->freeable) return;
+  if (!in_micro_batch_) {
+    if (std::exchange(it->gathered_outside, false)) free(u);
+    return;
+  }
+  bool hooked = false;
+  if (torch::GradMode::is_enabled()) {
+    for (const auto& output : outputs) {
+      if (!output.defined() || !output.requires_grad()) continue;
+      output.register_hook([this, u](const torch::Tensor& grad) {
+        pre_backward(u);
+        return grad;
+      });
+      hooked = true;
+    }
+    // A unit that cannot be found again in backward stays gathered until its gradients are reduced.
+    if (!hooked) {
+      for (size_t i : it->params) hooked = hooked || params_[i].requires_grad();
+      if (hooked) return;
+    }
+  }
+  it->gathered = false;
+  if (!canonical()) free(u);
+}
+
+void FlatShard::pre_backward(size_t u) {
+  Unit& unit = units_[u];
+  if (!in_micro_batch_ || unit.done) return;
+  if (!unit.gathered) event(kGather, u);
+  accumulate_in_place(u);
+}
+
+void FlatShard::on_ready(size_t u) {
+  Unit& unit = units_[u];
+  if (unit.done) return;
+  unit.done = true;
+  if (sync_) {
+    if (canonical()) {
+      record_.push_back(static_cast<int64_t>(kReduce) * static_cast<int64_t>(units_.size()) +
+                        static_cast<int64_t>(u));
+      // Canonical: reduce from the last unit down, each once those after it are done.
+      while (canonical_next_ < units_.size() && units_[units_.size() - 1 - canonical_next_].done) {
+        const size_t next = units_.size() - 1 - canonical_next_++;
+        free(next);  // the canonical window ends with this backward: nothing gathers it before
+        reduce(next);
+      }
+    } else {
+      event(kReduce, u);
+    }
+  } else if (!canonical()) {
+    free(u);
+  }
+  unit.gathered = !unit.freeable;
+}
+
+void FlatShard::end_backward() {
+  // Units some of whose parameters got no gradient, from the last.
+  for (size_t u = units_.size(); u-- > 0;) on_ready(u);
+  if (!canonical()) {
+    const size_t expected =
+        sync_ ? sequence_.size()
+              : static_cast<size_t>(std::count_if(sequence_.begin(), sequence_.end(), [&](int64_t code) {
+                  return code / static_cast<int64_t>(units_.size()) == kGather;
+                }));
+    size_t issued = pos_;
+    if (!sync_) {
+      issued = static_cast<size_t>(std::count_if(sequence_.begin(), sequence_.begin() + pos_, [&](int64_t code) {
+        return code / static_cast<int64_t>(units_.size()) == kGather;
+      }));
+    }
+    LT_CHECK(issued == expected, "strategy fsdp: this micro-batch ran ", issued, " of its units' ", expected,
+             " collectives: every micro-batch must run the same units in the same order");
+  } else if (sync_) {
+    share_sequence(/*has_record=*/true);
+  }
+  in_micro_batch_ = false;
 }
 
 void FlatShard::backward(const torch::Tensor& loss) {
-  if (zero_grads_) {
-    torch::NoGradGuard no_grad;
-    flat_grads_.zero_();
-    zero_grads_ = false;
-  }
-  loss.backward();
-  double divisor = static_cast<double>(collectives_.world_size());
+  divisor_ = static_cast<double>(collectives_.world_size());
   if (heartbeat_) {
     heartbeat_->wait();
     // The heartbeat's sum: the ranks with a micro-batch in this iteration.
-    if (!divide_by_initial_world_size()) divisor = heartbeat_->result().at(0).item<double>();
+    if (!divide_by_initial_world_size()) divisor_ = heartbeat_->result().at(0).item<double>();
     heartbeat_.reset();
   }
-  if (!torch::GradMode::is_enabled() || !require_backward_grad_sync()) return;
-  zero_grads_ = true;
-  reduce_gradients(divisor);
-}
-
-void FlatShard::reduce_gradients(double divisor) {
-  torch::NoGradGuard no_grad;
-  if (divisor != 1.0) flat_grads_.div_(divisor);
-  torch::Tensor& grad = shard_.mutable_grad();
-  if (!grad.defined()) grad = torch::zeros_like(shard_.detach());
-  collectives_.reduce_scatter(flat_grads_, grad);
+  sync_ = torch::GradMode::is_enabled() && require_backward_grad_sync();
+  if (std::exchange(shadowing_, false)) {
+    // A padding micro-batch: the rest of the others' collectives, with the
+    // gradients this rank's window accumulated so far.
+    replay(sync_);
+    in_micro_batch_ = false;
+    return;
+  }
+  loss.backward();
+  end_backward();
 }
 
 void FlatShard::after_optimizer_step() {
-  torch::NoGradGuard no_grad;
-  collectives_.all_gather(shard_.detach(), flat_params_);
+  for (size_t u = 0; u < units_.size(); ++u) {
+    if (!units_[u].freeable) gather(u);
+  }
 }
 
 std::unique_ptr<JoinHook> FlatShard::join_hook() { return std::make_unique<JoinHookImpl>(*this); }

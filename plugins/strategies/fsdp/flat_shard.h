@@ -1,41 +1,71 @@
 #pragma once
-// FlatShard: the gradient sync of the fsdp strategy (fsdp.h). The module's
-// trainable parameters are views of one flat buffer, padded to W * S
-// elements (W ranks, S = ceil(N / W) for N parameter elements); rank r owns
-// chunk r, `shard()`, a leaf tensor of S elements that the optimizer steps
-// (so the optimizer state holds S elements per rank, not N). The module's
-// gradients are views of a second flat buffer of W * S elements.
+// FlatShard: the gradient sync of the fsdp strategy (fsdp.h).
 //
-// Collectives of one micro-batch, in this order (rank r, active):
-//   before_forward   1. the Join heartbeat (Join::notify_join_context), under a Join
-//                       that is not scheduled;
-//                    2. under such a Join: allreduce of ones(1) (zeros(1) under
-//                       no_sync), telling joined ranks whether 3 follows;
-//   backward         3. when it reduces (a window's end): the flat gradient,
-//                       divided by W (or by the ranks active in this micro-batch:
-//                       the heartbeat's sum), reduce_scatter'ed; chunk r becomes
-//                       shard().grad. The module's gradients keep this rank's
-//                       local sum until the next window's first backward.
-//   after the optimizer step (after_optimizer_step)
-//                    4. all_gather of the shards into the flat parameters: every
-//                       rank again holds the whole, updated module.
-// A joined rank's main_hook issues 2 with zeros (or asks the schedule), and
-// when 3 follows, 3 with a zero gradient: chunk r of the sum is the ranks'
-// reduced gradient, which it takes as shard().grad before calling the join
-// step (lockstep Join), whose optimizer step issues 4 like the others'. So
-// every rank's shard equals the single-optimizer window rule. PyTorch's Join
-// (no join step) is refused: a joined rank would not step its chunk, and 4
-// would spread its stale chunk to every rank (PyTorch's
-// ZeroRedundancyOptimizer under Join is silently wrong this way).
+// Units. The module's trainable parameters are split into units: each
+// lt::FSDPUnit the model declares (fsdp_unit.h; a parameter belongs to the
+// innermost), then, with min_num_params > 0, each submodule holding at least
+// that many parameters not yet in a unit (bottom-up, as PyTorch's
+// size_based_auto_wrap_policy), and the root: the rest. Units are ordered by
+// their first parameter in the module's parameter order. Unit u's parameters
+// are views of one flat buffer `full` of W * S_u elements (S_u = ceil(n_u / W));
+// rank r owns chunk r of it. The rank's chunks of every unit are `shards()`,
+// the optimizer's parameters (one leaf per unit, so its state takes S = sum
+// S_u elements per rank, not N, and a step's temporaries a unit's chunk at a
+// time), end to end in one buffer of S elements.
+//
+// Freeable units (FULL_SHARD: every unit) keep only their chunk between
+// micro-batches: `full`'s storage is freed (resized to 0 bytes, so that what
+// autograd saved of the parameters sees it again when it is gathered back).
+// SHARD_GRAD_OP keeps every unit whole and gathers it after each step.
+//
+// Collectives of one micro-batch (rank r, active), in this order:
+//   before_forward  1. the Join heartbeat and the grad-sync flag (a Join that
+//                      is not scheduled: gradient_sync.h);
+//                   2. G(u) for each freeable unit that is not declared, in
+//                      unit order (their forward cannot be seen);
+//   forward         3. G(u) when a declared freeable unit's forward starts;
+//                      it is freed when it ends;
+//   backward        4. G(u) when the gradient of a declared freeable unit's
+//                      output arrives (its saved parameters are needed);
+//                   5. when the unit's parameters' gradients are all
+//                      accumulated (AccumulateGrad post hooks) and this
+//                      micro-batch reduces (a window's end): R(u), the unit's
+//                      gradients flattened, divided by W (or by the ranks active
+//                      in this micro-batch, divide_by_initial_world_size
+//                      false), reduce_scattered into its part of
+//                      shards()[u].grad; the module's gradients are dropped; a
+//                      freeable unit is freed. After backward, a unit some of
+//                      whose parameters got no gradient is reduced (zeros for
+//                      them) and freed, in reverse unit order.
+//   optimizer step  6. G(u) for each unit that is not freeable, in unit order.
+// Between epochs (end_epoch) and for an evaluation the module is whole
+// (every freed unit gathered, in unit order); the next micro-batch frees it
+// again as it goes.
+// G(u): all_gather of the rank's chunks into `full`. The order of 3-5 is
+// autograd's; it is the same on every rank for the same graph, but a rank
+// that ran out of data (Join), or pads its last window, must issue it
+// without running the graph. So:
+//   - until the first micro-batch that reduces, every unit stays whole and the
+//     R(u) go in reverse unit order (the canonical window: no G at all; a
+//     freeable unit is freed once reduced), while each rank records what 2-5
+//     would be; at that micro-batch's end every rank (joined ones with -1)
+//     allreduces MAX its record: from then on every rank holds the sequence;
+//   - after it, an active rank checks each collective against the sequence
+//     before issuing it (a graph that changes its units' order is an error,
+//     not a silent mismatch), and a rank with no micro-batch replays it:
+//     G with its own chunk, R with the gradients it holds (zeros once
+//     joined; the window's earlier micro-batches when padding). A micro-batch
+//     under no_sync issues the sequence without its R.
+// A joined rank then steps its shard with the reduced gradient (lockstep
+// Join: the join step), whose after_optimizer_step issues 6 as the others'
+// do. So every rank's shard equals the single-optimizer window rule.
+// PyTorch's Join (no join step) is refused: a joined rank would not step its
+// chunk (PyTorch's ZeroRedundancyOptimizer under Join is silently wrong so).
 // post_hook: the buffers (BatchNorm statistics) from the last rank to join.
-//
-// Parameters are whole on every rank between steps (what PyTorch calls
-// SHARD_GRAD_OP keeps sharded between steps and gathers before each forward:
-// the same bytes per step, gathered at the step's end instead); the
-// gradients' reduction and the optimizer state are sharded.
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -43,35 +73,55 @@
 
 #include <lightning_cpp/plugins/distributed/shard_collectives.h>
 #include <lightning_cpp/plugins/join/gradient_sync.h>
+#include <lightning_cpp/plugins/strategies/fsdp/fsdp_unit.h>
 
 namespace lt {
 
-class FlatShard : public GradientSync {
+struct FlatShardOptions {
+  // FULL_SHARD: free each unit's parameters between uses (else SHARD_GRAD_OP: whole between steps).
+  bool free_parameters = false;
+  // > 0: also a unit for each submodule with at least this many parameters not in a unit.
+  int64_t min_num_params = 0;
+};
+
+class FlatShard : public GradientSync, private FSDPUnitHooks {
  public:
-  // Collective: broadcasts rank 0's parameters and buffers, then builds the flat buffers.
-  FlatShard(std::shared_ptr<torch::nn::Module> module, c10::intrusive_ptr<c10d::ProcessGroup> group);
+  // Collective: broadcasts rank 0's parameters and buffers, then builds the units.
+  FlatShard(std::shared_ptr<torch::nn::Module> module, c10::intrusive_ptr<c10d::ProcessGroup> group,
+            FlatShardOptions options);
   ~FlatShard() override;
 
-  // This rank's chunk of the flat parameters: what the optimizer steps.
-  const torch::Tensor& shard() const { return shard_; }
-  // The module's trainable parameters, in the flat buffer's order (each once).
+  // This rank's chunk of each unit, in unit order: what the optimizer steps
+  // (their gradients: the reduced ones, once a micro-batch reduced them).
+  const std::vector<torch::Tensor>& shards() const { return shards_; }
+  // The module's trainable parameters, each once, in the module's order.
   const std::vector<torch::Tensor>& parameters() const { return params_; }
-  // Where parameter i starts in the flat buffer, and the buffer's padded size (W * S).
-  int64_t offset(size_t i) const { return offsets_[i]; }
-  int64_t padded_numel() const { return flat_params_.numel(); }
-  int64_t numel() const { return numel_; }
+  // A collective: every rank's `chunk` (S elements: shards() end to end)
+  // gathered and cut into tensors shaped like parameters().
+  std::vector<torch::Tensor> unflatten(const torch::Tensor& chunk) const;
+  // This rank's chunk (S elements) of tensors shaped like parameters().
+  torch::Tensor flatten(const std::vector<torch::Tensor>& whole) const;
   const ShardCollectives& collectives() const { return collectives_; }
-  // shard() from the flat parameters (after they were loaded).
+  // Units: their count and the module paths that head them ("" for the root).
+  std::vector<std::string> unit_names() const;
+
+  // Collective: every unit's parameters whole (gathered where freed), until reshard().
+  void unshard();
+  // Frees the freeable units' parameters (outside the canonical window).
+  void reshard();
+  // Whether every unit's parameters are whole.
+  bool whole() const;
+  // shards() from the module's parameters (after they were loaded; unshard() first).
   void reload_shard();
-  // A flat tensor of W * S elements (each rank's chunk of `chunk` laid out in
-  // rank order): a collective (all_gather).
-  torch::Tensor gather(const torch::Tensor& chunk) const;
 
   // -- GradientSync --------------------------------------------------------------------------
   void before_forward() override;
   void after_forward(const std::vector<torch::Tensor>& /*outputs*/) override {}
   void backward(const torch::Tensor& loss) override;
   void after_optimizer_step() override;
+  // The module whole between epochs (a user's evaluation, a checkpoint).
+  void end_epoch() override { unshard(); }
+  void shadow_forward() override;
 
   // -- Joinable ----------------------------------------------------------------------------------
   std::unique_ptr<JoinHook> join_hook() override;
@@ -80,22 +130,60 @@ class FlatShard : public GradientSync {
 
  private:
   class JoinHookImpl;
-  // 3: divides the flat gradient by `divisor`, reduce_scatters it, chunk r into shard().grad.
-  void reduce_gradients(double divisor);
+  class BlockPool;
+  struct Unit;
+  enum Op : int64_t { kGather = 0, kReduce = 1 };
+
+  // -- FSDPUnitHooks ---------------------------------------------------------------------------
+  void enter(FSDPUnitBase& unit) override;
+  void leave(FSDPUnitBase& unit, const std::vector<torch::Tensor>& outputs) override;
+
+  void build_units(const FlatShardOptions& options);
+  void pre_backward(size_t u);
+  void on_ready(size_t u);
+  void end_backward();
+  // One collective of the sequence: issued (or, in the canonical window, recorded).
+  void event(Op op, size_t u);
+  void issue(Op op, size_t u);
+  // The rest of the sequence, from here, for a rank with no micro-batch.
+  void replay(bool reduces);
+  void share_sequence(bool has_record);
+  void gather(size_t u);
+  void reduce(size_t u);
+  // A buffer of W * S_u elements (from the pool on the CPU).
+  torch::Tensor unit_buffer(const Unit& unit) const;
+  // The unit's gradients accumulate in one flat buffer, that reduce() hands to the collective as it is.
+  void accumulate_in_place(size_t u);
+  void free(size_t u);
+  bool canonical() const { return sequence_.empty(); }
 
   std::shared_ptr<torch::nn::Module> module_;
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
   ShardCollectives collectives_;
+  bool free_parameters_;
   torch::Device device_{torch::kCPU};
   std::vector<torch::Tensor> params_;
-  std::vector<int64_t> offsets_;
-  int64_t numel_ = 0;
-  torch::Tensor flat_params_;  // W * S: the parameters are views of it
-  torch::Tensor flat_grads_;   // W * S: the parameters' gradients are views of it
-  torch::Tensor shard_;        // S, a leaf: the optimizer's parameter
+  std::vector<Unit> units_;
+  std::vector<size_t> unit_of_;  // params_[i] is in units_[unit_of_[i]]
+  std::shared_ptr<BlockPool> pool_;  // the CPU's
+  torch::Tensor shard_data_;         // S: shards_ are views of it
+  std::vector<torch::Tensor> shards_;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+  std::vector<uintptr_t> hook_keys_;
   c10::intrusive_ptr<c10d::Work> heartbeat_;
   c10::intrusive_ptr<c10d::Work> grad_sync_work_;
-  bool zero_grads_ = false;  // the module's gradients hold the last window's: zero before the next backward
+
+  // The sequence of collectives of a micro-batch that reduces (codes op * U + u);
+  // empty until the canonical window ends.
+  std::vector<int64_t> sequence_;
+  // This micro-batch: recorded (canonical) or checked (after) up to pos_.
+  std::vector<int64_t> record_;
+  size_t pos_ = 0;
+  bool in_micro_batch_ = false;
+  bool sync_ = false;       // this micro-batch reduces
+  bool shadowing_ = false;  // a padding micro-batch (shadow_forward after before_forward)
+  double divisor_ = 1.0;
+  size_t canonical_next_ = 0;  // canonical window: units (from the last) reduced so far
 };
 
 }  // namespace lt

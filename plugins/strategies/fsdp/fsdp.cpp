@@ -1,6 +1,7 @@
 #include <lightning_cpp/plugins/strategies/fsdp/fsdp.h>
 
 #include <cmath>
+#include <utility>
 #include <unordered_set>
 
 #include <lightning_cpp/core/check.h>
@@ -46,27 +47,36 @@ Opt unsharded(const torch::optim::Optimizer& sharded, const FlatShard& flat) {
   return Opt(flat.parameters(), static_cast<const Options&>(sharded.param_groups()[0].options()));
 }
 
-// Every rank's chunk of the sharded optimizer's state, gathered and cut back
-// into the module's parameters: the archive of the unsharded optimizer.
+// Every rank's chunk of the sharded optimizer's state (one state per unit's
+// shard), gathered and cut back into the module's parameters: the archive of
+// the unsharded optimizer.
 template <typename Opt, typename Options, typename State>
 torch::Tensor consolidate(torch::optim::Optimizer& sharded, const FlatShard& flat) {
   Opt full = unsharded<Opt, Options>(sharded, flat);
-  // Alike on every rank: the chunks' states are made by the same steps.
-  auto it = sharded.state().find(state_key(flat.shard()));
-  if (it != sharded.state().end()) {
-    const State& chunk = static_cast<const State&>(*it->second);
-    std::vector<torch::Tensor> gathered;
-    for (const auto& t : state_tensors(chunk)) gathered.push_back(t.defined() ? flat.gather(t) : torch::Tensor());
-    for (size_t i = 0; i < flat.parameters().size(); ++i) {
-      const torch::Tensor& p = flat.parameters()[i];
-      auto state = std::make_unique<State>();
-      set_state_step(*state, state_step(chunk));
-      std::vector<torch::Tensor> tensors;
-      for (const auto& t : gathered) {
-        tensors.push_back(t.defined() ? t.narrow(0, flat.offset(i), p.numel()).view(p.sizes()).clone() : t);
+  // Alike on every rank: the shards' states are made by the same steps.
+  std::vector<const State*> chunks;
+  for (const auto& shard : flat.shards()) {
+    auto it = sharded.state().find(state_key(shard));
+    if (it != sharded.state().end()) chunks.push_back(static_cast<const State*>(it->second.get()));
+  }
+  if (chunks.size() == flat.shards().size()) {
+    std::vector<std::vector<torch::Tensor>> slots;  // [slot][parameter]
+    for (size_t j = 0; j < state_tensors(*chunks[0]).size(); ++j) {
+      if (!state_tensors(*chunks[0])[j].defined()) {
+        slots.emplace_back(flat.parameters().size());
+        continue;
       }
+      std::vector<torch::Tensor> parts;
+      for (const State* chunk : chunks) parts.push_back(state_tensors(*chunk)[j].reshape(-1));
+      slots.push_back(flat.unflatten(torch::cat(parts)));
+    }
+    for (size_t i = 0; i < flat.parameters().size(); ++i) {
+      auto state = std::make_unique<State>();
+      set_state_step(*state, state_step(*chunks[0]));
+      std::vector<torch::Tensor> tensors;
+      for (const auto& slot : slots) tensors.push_back(slot[i]);
       set_state_tensors(*state, tensors);
-      full.state()[state_key(p)] = std::move(state);
+      full.state()[state_key(flat.parameters()[i])] = std::move(state);
     }
   }
   return optimizer_to_bytes(full);
@@ -78,30 +88,33 @@ void reshard(torch::optim::Optimizer& sharded, const FlatShard& flat, const torc
   Opt full = unsharded<Opt, Options>(sharded, flat);
   optimizer_from_bytes(full, bytes);
   sharded.param_groups()[0].set_options(full.param_groups()[0].options().clone());
-  sharded.state().erase(state_key(flat.shard()));
+  for (const auto& shard : flat.shards()) sharded.state().erase(state_key(shard));
   auto first = full.state().find(state_key(flat.parameters()[0]));
   if (first == full.state().end()) return;  // saved before the first step
-  const int64_t rank = flat.collectives().rank(), s = flat.shard().numel();
   const size_t slots = state_tensors(static_cast<const State&>(*first->second)).size();
-  std::vector<torch::Tensor> chunks;
+  std::vector<torch::Tensor> chunks;  // [slot]: this rank's S elements
   for (size_t j = 0; j < slots; ++j) {
-    torch::Tensor flat_state;
+    std::vector<torch::Tensor> whole;
     for (size_t i = 0; i < flat.parameters().size(); ++i) {
-      const torch::Tensor& p = flat.parameters()[i];
-      auto it = full.state().find(state_key(p));
+      auto it = full.state().find(state_key(flat.parameters()[i]));
       LT_CHECK_VALUE(it != full.state().end(), "strategy fsdp: the optimizer state to load has no state for parameter ",
                      i, " of ", flat.parameters().size(), " (a checkpoint of another model or optimizer?)");
-      const torch::Tensor t = state_tensors(static_cast<const State&>(*it->second))[j];
-      if (!t.defined()) break;
-      if (!flat_state.defined()) flat_state = torch::zeros({flat.padded_numel()}, t.options());
-      flat_state.narrow(0, flat.offset(i), p.numel()).copy_(t.reshape(-1));
+      whole.push_back(state_tensors(static_cast<const State&>(*it->second))[j]);
     }
-    chunks.push_back(flat_state.defined() ? flat_state.narrow(0, rank * s, s).clone() : flat_state);
+    chunks.push_back(whole[0].defined() ? flat.flatten(whole) : torch::Tensor());
   }
-  auto state = std::make_unique<State>();
-  set_state_step(*state, state_step(static_cast<const State&>(*first->second)));
-  set_state_tensors(*state, chunks);
-  sharded.state()[state_key(flat.shard())] = std::move(state);
+  int64_t offset = 0;
+  for (const auto& shard : flat.shards()) {
+    std::vector<torch::Tensor> tensors;
+    for (const auto& chunk : chunks) {
+      tensors.push_back(chunk.defined() ? chunk.narrow(0, offset, shard.numel()).clone() : chunk);
+    }
+    offset += shard.numel();
+    auto state = std::make_unique<State>();
+    set_state_step(*state, state_step(static_cast<const State&>(*first->second)));
+    set_state_tensors(*state, tensors);
+    sharded.state()[state_key(shard)] = std::move(state);
+  }
 }
 
 struct Consolidate {
@@ -146,11 +159,9 @@ FSDPStrategy::FSDPStrategy(FSDPStrategyOptions options) : options_(std::move(opt
 #include <lightning_cpp/plugins/strategies/fsdp/fsdp_options.def>
 #undef LT_OPTION
   }
-  const ShardingStrategy sharding = options_.sharding_strategy();
-  LT_CHECK_VALUE(sharding == ShardingStrategy::kShardGradOp || sharding == ShardingStrategy::kNoShard,
-                 "strategy fsdp: sharding_strategy ", OptionCodec<ShardingStrategy>::show(sharding),
-                 " (parameters sharded between steps) is not built yet; use SHARD_GRAD_OP (gradients and optimizer ",
-                 "state sharded) or NO_SHARD");
+  LT_CHECK_VALUE(options_.sharding_strategy() != ShardingStrategy::kHybridShard,
+                 "strategy fsdp: sharding_strategy HYBRID_SHARD (full shard within a node, replicated across ",
+                 "nodes) is not built yet; use FULL_SHARD, SHARD_GRAD_OP or NO_SHARD");
 }
 
 ParallelSettings FSDPStrategy::parallel_settings() const {
@@ -165,22 +176,25 @@ std::unique_ptr<GradientSync> FSDPStrategy::make_gradient_sync(std::shared_ptr<t
     return std::make_unique<DistributedDataParallel>(std::move(module), group,
                                                      DistributedDataParallelOptions().stop_wish(std::move(stop_wish)));
   }
-  return std::make_unique<FlatShard>(std::move(module), group);
+  FlatShardOptions flat;
+  flat.free_parameters = options_.sharding_strategy() == ShardingStrategy::kFullShard;
+  flat.min_num_params = options_.auto_wrap_min_num_params();
+  return std::make_unique<FlatShard>(std::move(module), group, flat);
 }
 
 OptimizerConfig FSDPStrategy::setup_optimizers(LightningModule& module) {
   OptimizerConfig config = ParallelStrategy::setup_optimizers(module);
   FlatShard* flat = flat_shard();
   if (flat == nullptr) return config;
-  LT_CHECK_VALUE(config.optimizers.size() == 1, "strategy fsdp: SHARD_GRAD_OP shards one optimizer; ",
+  LT_CHECK_VALUE(config.optimizers.size() == 1, "strategy fsdp: ", sharding(), " shards one optimizer; ",
                  "configure_optimizers() returned ", config.optimizers.size(), " (use sharding_strategy NO_SHARD)");
   torch::optim::Optimizer& optimizer = *config.optimizer;
   const bool supported = dynamic_cast<torch::optim::SGD*>(&optimizer) != nullptr ||
                          dynamic_cast<torch::optim::Adam*>(&optimizer) != nullptr ||
                          dynamic_cast<torch::optim::AdamW*>(&optimizer) != nullptr;
-  LT_CHECK_VALUE(supported, "strategy fsdp: SHARD_GRAD_OP shards the state of SGD, Adam and AdamW; ",
+  LT_CHECK_VALUE(supported, "strategy fsdp: ", sharding(), " shards the state of SGD, Adam and AdamW; ",
                  "configure_optimizers() returned another optimizer (use sharding_strategy NO_SHARD)");
-  LT_CHECK_VALUE(optimizer.param_groups().size() == 1, "strategy fsdp: SHARD_GRAD_OP steps one flat chunk, so the ",
+  LT_CHECK_VALUE(optimizer.param_groups().size() == 1, "strategy fsdp: ", sharding(), " steps one flat chunk, so the ",
                  "optimizer needs one parameter group; configure_optimizers() gave ", optimizer.param_groups().size(),
                  " (per-group options are not sharded yet: use sharding_strategy NO_SHARD)");
   std::unordered_set<const c10::TensorImpl*> trainable;
@@ -190,14 +204,55 @@ OptimizerConfig FSDPStrategy::setup_optimizers(LightningModule& module) {
   LT_CHECK_VALUE(given == trainable, "strategy fsdp: the optimizer must step exactly the module's trainable ",
                  "parameters (", trainable.size(), "); it was given ", given.size(),
                  " others or a part of them (use sharding_strategy NO_SHARD)");
-  optimizer.param_groups()[0].params() = {flat->shard()};
+  optimizer.param_groups()[0].params() = flat->shards();
   optimizer.state().clear();
   return config;
 }
 
+std::string FSDPStrategy::sharding() const { return OptionCodec<ShardingStrategy>::show(options_.sharding_strategy()); }
+
+c10::Dict<std::string, torch::Tensor> FSDPStrategy::module_state(LightningModule& module) {
+  FlatShard* flat = flat_shard();
+  if (flat == nullptr || flat->whole()) return ParallelStrategy::module_state(module);
+  auto scope = watch("all_gather of the sharded parameters (the module's state for a checkpoint)");
+  flat->unshard();
+  c10::Dict<std::string, torch::Tensor> state;
+  for (const auto& item : ParallelStrategy::module_state(module)) state.insert(item.key(), item.value().clone());
+  flat->reshard();
+  return state;
+}
+
 void FSDPStrategy::load_module_state(LightningModule& module, const c10::Dict<std::string, torch::Tensor>& state) {
+  FlatShard* flat = flat_shard();
+  if (flat == nullptr) return ParallelStrategy::load_module_state(module, state);
+  const bool whole = flat->whole();
+  {
+    auto scope = watch("all_gather of the sharded parameters (loading the module's state)");
+    flat->unshard();
+  }
   ParallelStrategy::load_module_state(module, state);
-  if (FlatShard* flat = flat_shard()) flat->reload_shard();
+  flat->reload_shard();
+  if (!whole) flat->reshard();
+}
+
+void FSDPStrategy::on_evaluation_start() {
+  FlatShard* flat = flat_shard();
+  reshard_after_evaluation_ = flat != nullptr && !flat->whole();
+  if (!reshard_after_evaluation_) return;
+  auto scope = watch("all_gather of the sharded parameters (evaluation)");
+  flat->unshard();
+}
+
+void FSDPStrategy::on_evaluation_end() {
+  if (std::exchange(reshard_after_evaluation_, false)) flat_shard()->reshard();
+}
+
+void FSDPStrategy::on_train_end() {
+  if (FlatShard* flat = flat_shard()) {
+    auto scope = watch("all_gather of the sharded parameters (the module whole after training)");
+    flat->unshard();
+  }
+  ParallelStrategy::on_train_end();
 }
 
 torch::Tensor FSDPStrategy::optimizer_state(torch::optim::Optimizer& optimizer) {
@@ -217,17 +272,24 @@ void FSDPStrategy::clip_gradients(torch::optim::Optimizer& optimizer, double cli
                                   GradientClipAlgorithm algorithm) {
   FlatShard* flat = flat_shard();
   if (flat == nullptr || clip_val <= 0.0) return ParallelStrategy::clip_gradients(optimizer, clip_val, algorithm);
-  torch::Tensor grad = flat->shard().grad();
-  if (!grad.defined()) return;  // alike on every rank: before the first reduction
+  std::vector<torch::Tensor> grads;
+  for (const auto& shard : flat->shards()) {
+    if (shard.grad().defined()) grads.push_back(shard.grad());
+  }
+  if (grads.empty()) return;  // alike on every rank: before the first reduction
   torch::NoGradGuard no_grad;
   if (algorithm == GradientClipAlgorithm::kValue) {
-    grad.clamp_(-clip_val, clip_val);
+    for (auto& grad : grads) grad.clamp_(-clip_val, clip_val);
     return;
   }
   // The padding's gradient is zero: the sum of squares is the module's.
-  const double total = std::sqrt(reduce(grad.pow(2).sum().to(torch::kDouble), ReduceOp::kSum).item<double>());
+  torch::Tensor squares = torch::zeros({}, torch::kDouble);
+  for (const auto& grad : grads) squares += grad.pow(2).sum().to(torch::kDouble);
+  const double total = std::sqrt(reduce(squares, ReduceOp::kSum).item<double>());
   const double coef = clip_val / (total + 1e-6);
-  if (coef < 1.0) grad.mul_(coef);
+  if (coef < 1.0) {
+    for (auto& grad : grads) grad.mul_(coef);
+  }
 }
 
 bool FSDPStrategy::all_finite(const std::vector<torch::Tensor>& tensors) {

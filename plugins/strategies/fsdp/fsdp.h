@@ -3,26 +3,31 @@
 // strategies/fsdp.py, PyTorch's FullyShardedDataParallel), on the same
 // foundation as DDP (strategies/parallel.h): launch, process group, watchdog,
 // the no_sync + lockstep Join epoch context. What it adds is how gradients
-// and parameters move (its gradient sync) and the state that stays true where
-// a rank holds only a part:
+// and parameters move (its gradient sync, fsdp/flat_shard.h: per unit, the
+// units a model declares with lt::FSDPUnit, fsdp/fsdp_unit.h, or a size
+// policy) and the state that stays true where a rank holds only a part:
+//   FULL_SHARD     parameters, reduced gradients and optimizer state take
+//                  1/W per rank; each unit's parameters are all_gathered for
+//                  its forward and its backward and freed after.
 //   SHARD_GRAD_OP  the gradients are reduce_scattered and each rank's
-//                  optimizer steps only its chunk of the flat parameters
-//                  (fsdp/flat_shard.h), then the chunks are all_gathered:
-//                  optimizer state and reduced gradients take 1/W per rank.
+//                  optimizer steps only its chunk of each unit, then the
+//                  chunks are all_gathered: reduced gradients and optimizer
+//                  state take 1/W per rank.
 //   NO_SHARD       DDP's semantics (c10d's Reducer).
-//   FULL_SHARD, HYBRID_SHARD (parameters sharded between steps and gathered
-//                  per unit) are refused until they are built.
-// Under uneven inputs a rank that ran out of data shadows the reduce_scatter
-// and steps its chunk with the reduced gradient (lockstep Join), so the
-// result is the single-optimizer window rule, where PyTorch's FSDP has no
-// Join and its ZeroRedundancyOptimizer under Join steps stale chunks.
+//   HYBRID_SHARD   refused until it is built.
+// Under uneven inputs a rank that ran out of data shadows the units'
+// collectives in the order the others issue them and steps its chunk with the
+// reduced gradient (lockstep Join), so the result is the single-optimizer
+// window rule, where PyTorch's FSDP has no Join and its
+// ZeroRedundancyOptimizer under Join steps stale chunks.
 //
 //   lt::Trainer trainer(lt::TrainerOptions().devices(2).strategy(std::make_shared<lt::FSDPStrategy>(
-//       lt::FSDPStrategyOptions().sharding_strategy(lt::ShardingStrategy::kShardGradOp))));
+//       lt::FSDPStrategyOptions().sharding_strategy(lt::ShardingStrategy::kFullShard))));
 //
 // Checkpoints are DDP's: the module's whole state_dict, and each optimizer's
 // state consolidated into LibTorch's archive of the unsharded optimizer (a
 // collective); loading reshards it, from a checkpoint of any world size or strategy.
+// Between epochs, during evaluation and after fit the module is whole.
 
 #include <chrono>
 #include <cstdint>
@@ -61,13 +66,20 @@ class FSDPStrategy : public ParallelStrategy {
   const FSDPStrategyOptions& options() const { return options_; }
   // Between runs; the process group is made once per process.
   FSDPStrategyOptions& options() { return options_; }
-  // The sharded gradient sync (SHARD_GRAD_OP) during a run, else null.
+  // The sharded gradient sync (FULL_SHARD, SHARD_GRAD_OP) during a run, else null.
   FlatShard* flat_shard() const { return dynamic_cast<FlatShard*>(gradient_sync()); }
 
   // Sharded: one optimizer (SGD, Adam or AdamW, one parameter group over the
   // module's trainable parameters), re-pointed at this rank's chunk.
   OptimizerConfig setup_optimizers(LightningModule& module) override;
+  // FULL_SHARD: gathered for the call (a collective).
+  c10::Dict<std::string, torch::Tensor> module_state(LightningModule& module) override;
   void load_module_state(LightningModule& module, const c10::Dict<std::string, torch::Tensor>& state) override;
+  // FULL_SHARD: every rank evaluates the whole module (ranks evaluate different numbers of batches).
+  void on_evaluation_start() override;
+  void on_evaluation_end() override;
+  // FULL_SHARD: the module is whole after training.
+  void on_train_end() override;
   // Sharded: consolidated into the unsharded optimizer's archive (a collective).
   torch::Tensor optimizer_state(torch::optim::Optimizer& optimizer) override;
   void load_optimizer_state(torch::optim::Optimizer& optimizer, const torch::Tensor& state) override;
@@ -83,7 +95,10 @@ class FSDPStrategy : public ParallelStrategy {
                                                    std::function<bool()> stop_wish) override;
 
  private:
+  std::string sharding() const;
+
   FSDPStrategyOptions options_;
+  bool reshard_after_evaluation_ = false;
 };
 
 }  // namespace lt

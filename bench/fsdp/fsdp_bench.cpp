@@ -1,0 +1,223 @@
+// bench/fsdp: peak memory per rank and steps/s of the fsdp strategy's
+// shardings against ddp, in the same run: a stack of equal blocks (each an
+// lt::FSDPUnit<Linear(dim, dim)> and a tanh), Adam, the Trainer on 2 local
+// ranks (gloo), one intra-op thread per rank. Each configuration runs in
+// fresh worker processes, so each peak is its own:
+//   training peak  the ranks' highest VmHWM at the last step's end (the whole
+//                  process: LibTorch, gloo, data), before fit's end makes a
+//                  sharded module whole again (the run's peak is printed too)
+//   above base     the same less VmRSS before the model was built (what training adds)
+// and the collectives' payload per step per rank (elements the rank hands to
+// them x 4 bytes; Gloo has no reduce_scatter: it is an allreduce here).
+//
+//   fsdp_bench [--dim D] [--blocks N] [--batch B] [--steps N] [--reps R]
+#include <malloc.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <lightning_cpp/lightning.h>
+
+#include "../machine_limit.h"
+#include "../ranks.h"
+
+namespace {
+
+struct Args {
+  int64_t dim = 2048;
+  int64_t blocks = 16;
+  int64_t batch = 16;
+  int64_t steps = 8;
+  int64_t warmup = 2;
+  int reps = 2;
+};
+
+// kB of the process's resident set now (VmRSS) or at its peak (VmHWM).
+int64_t status_kb(const std::string& key) {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind(key + ":", 0) == 0) return std::atoll(line.c_str() + key.size() + 1);
+  }
+  return 0;
+}
+
+class StackNet : public lt::LightningModule {
+ public:
+  StackNet(int64_t dim, int64_t blocks) {
+    torch::manual_seed(0);
+    for (int64_t i = 0; i < blocks; ++i) {
+      units.push_back(register_module("block" + std::to_string(i), lt::FSDPUnit<torch::nn::Linear>(dim, dim)));
+    }
+  }
+  torch::Tensor training_step(const lt::Batch& batch, int64_t /*batch_idx*/) override {
+    torch::Tensor x = batch.data;
+    for (auto& unit : units) x = torch::tanh(unit(x));
+    return torch::mse_loss(x, batch.target);
+  }
+  lt::OptimizerConfig configure_optimizers() override {
+    return std::make_shared<torch::optim::Adam>(parameters(), torch::optim::AdamOptions(1e-4));
+  }
+  bool has_validation_step() const override { return false; }
+  bool has_test_step() const override { return false; }
+  std::vector<lt::FSDPUnit<torch::nn::Linear>> units;
+};
+
+// The steps/s, and rank 0's resident set as the run goes (LT_BENCH_TRACE=1).
+class MemoryTimer : public lt::bench::StepTimer {
+ public:
+  using StepTimer::StepTimer;
+  void on_train_start(lt::Trainer& trainer, lt::LightningModule&) override { trace(trainer, "train start"); }
+  void on_train_batch_end(lt::Trainer& trainer, lt::LightningModule&, const torch::Tensor&, const lt::Batch&,
+                          int64_t) override {
+    if (std::getenv("LT_BENCH_TRIM") != nullptr) ::malloc_trim(0);
+    trace(trainer, "batch end");
+    training_peak_kb = status_kb("VmHWM");  // before fit's end makes a sharded module whole again
+  }
+  int64_t training_peak_kb = 0;
+
+ private:
+  static void trace(lt::Trainer& trainer, const char* where) {
+    if (std::getenv("LT_BENCH_TRACE") == nullptr || trainer.strategy().global_rank() != 0) return;
+    std::fprintf(stderr, "  %-12s step %3lld: RSS %6lld MB, peak %6lld MB\n", where,
+                 static_cast<long long>(trainer.global_step()), static_cast<long long>(status_kb("VmRSS") / 1024),
+                 static_cast<long long>(status_kb("VmHWM") / 1024));
+  }
+};
+
+// A worker (LT_BENCH_ROLE set): trains, then writes "base_kb peak_kb steps_per_s" to LT_BENCH_OUT.rank.
+int worker_main(const Args& args) {
+  const std::string role = std::getenv("LT_BENCH_ROLE");
+  const int64_t base = status_kb("VmRSS");
+  std::shared_ptr<lt::Strategy> strategy;
+  if (role == "ddp") {
+    strategy = std::make_shared<lt::DDPStrategy>();
+  } else {
+    strategy = std::make_shared<lt::FSDPStrategy>(lt::FSDPStrategyOptions().sharding_strategy(
+        role == "FULL_SHARD" ? lt::ShardingStrategy::kFullShard : lt::ShardingStrategy::kShardGradOp));
+  }
+  const int64_t world = std::atoi(std::getenv("WORLD_SIZE"));
+  const int64_t n = world * args.batch * (args.warmup + args.steps);
+  auto dataset = std::make_shared<lt::TensorDataset>(torch::randn({n, args.dim}), torch::rand({n, args.dim}));
+  auto loader = std::make_shared<lt::DataLoader>(dataset, lt::DataLoaderOptions(args.batch));
+  auto timer = std::make_shared<MemoryTimer>(args.warmup);
+  lt::Trainer trainer(lt::TrainerOptions()
+                          .strategy(strategy)
+                          .devices(world)
+                          .max_steps(args.warmup + args.steps)
+                          .callbacks({timer})
+                          .enable_progress_bar(false)
+                          .enable_model_summary(false)
+                          .default_logger(false)
+                          .num_sanity_val_steps(0)
+                          .default_root_dir(std::filesystem::temp_directory_path().string()));
+  trainer.fit(std::make_shared<StackNet>(args.dim, args.blocks), loader);
+  std::ofstream(std::string(std::getenv("LT_BENCH_OUT")) + "." + std::getenv("RANK"))
+      << base << " " << status_kb("VmHWM") << " " << timer->steps_per_s() << " " << timer->training_peak_kb << "\n";
+  return 0;
+}
+
+struct Result {
+  int64_t base_kb = 0;  // the ranks' highest
+  int64_t peak_kb = 0;  // the whole run's (fsdp: with the module whole again at fit's end)
+  int64_t training_peak_kb = 0;  // at the last step's end
+  double sps = 0;  // rank 0's
+};
+
+Result run_workers(const std::string& role, int world) {
+  const std::string out =
+      (std::filesystem::temp_directory_path() / ("lt_fsdp_bench_" + std::to_string(::getpid()) + "_" + role)).string();
+  if (!lt::bench::run_ranks(world, {{"LT_BENCH_ROLE", role}, {"LT_BENCH_OUT", out}}, "fsdp_bench: " + role)) return {};
+  Result result;
+  for (int r = 0; r < world; ++r) {
+    const std::string file = out + "." + std::to_string(r);
+    int64_t base = 0, peak = 0, training_peak = 0;
+    double sps = 0;
+    std::ifstream(file) >> base >> peak >> sps >> training_peak;
+    std::filesystem::remove(file);
+    result.base_kb = std::max(result.base_kb, base);
+    result.peak_kb = std::max(result.peak_kb, peak);
+    result.training_peak_kb = std::max(result.training_peak_kb, training_peak);
+    if (r == 0) result.sps = sps;
+  }
+  return result;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--dim" && i + 1 < argc) args.dim = std::atoll(argv[++i]);
+    else if (a == "--blocks" && i + 1 < argc) args.blocks = std::atoll(argv[++i]);
+    else if (a == "--batch" && i + 1 < argc) args.batch = std::atoll(argv[++i]);
+    else if (a == "--steps" && i + 1 < argc) args.steps = std::atoll(argv[++i]);
+    else if (a == "--reps" && i + 1 < argc) args.reps = std::max(1, std::atoi(argv[++i]));
+    else {
+      std::cerr << "usage: fsdp_bench [--dim D] [--blocks N] [--batch B] [--steps N] [--reps R]\n";
+      return 2;
+    }
+  }
+  torch::set_num_threads(1);
+  if (std::getenv("LT_BENCH_ROLE") != nullptr) return worker_main(args);
+
+  const int world = 2;
+  const int64_t params = args.blocks * (args.dim * args.dim + args.dim);
+  std::printf("bench/fsdp: %lld blocks of Linear(%lld, %lld) + tanh (%.1f M parameters, %.0f MB in float32), Adam, "
+              "batch %lld per rank, %lld steps after %lld, %d ranks (gloo), 1 thread each, best of %d runs\n",
+              static_cast<long long>(args.blocks), static_cast<long long>(args.dim), static_cast<long long>(args.dim),
+              static_cast<double>(params) / 1e6, static_cast<double>(params) * 4 / 1e6,
+              static_cast<long long>(args.batch), static_cast<long long>(args.steps),
+              static_cast<long long>(args.warmup), world, args.reps);
+  std::printf("machine: %s; sgemm %.1f GFLOP/s on 1 thread\n", lt::bench::machine().c_str(),
+              lt::bench::sgemm_gflops());
+  std::fflush(stdout);
+  const std::vector<std::string> roles{"ddp", "SHARD_GRAD_OP", "FULL_SHARD"};
+  std::map<std::string, Result> best;
+  for (int rep = 0; rep < args.reps; ++rep) {
+    for (const std::string& role : roles) {
+      const Result r = run_workers(role, world);
+      if (r.sps == 0) return 1;
+      Result& b = best[role];
+      // The lowest peak (a peak is a property of the run; noise only adds) and the highest steps/s.
+      if (b.peak_kb == 0 || r.training_peak_kb < b.training_peak_kb) {
+        b.peak_kb = r.peak_kb;
+        b.training_peak_kb = r.training_peak_kb;
+        b.base_kb = r.base_kb;
+      }
+      b.sps = std::max(b.sps, r.sps);
+    }
+  }
+  // Payload per step per rank, in elements: ddp allreduces every gradient; fsdp's reduce_scatter is an
+  // allreduce on gloo; SHARD_GRAD_OP gathers the parameters once (after the step), FULL_SHARD twice
+  // (each unit before its forward and in backward).
+  const std::map<std::string, double> payload{
+      {"ddp", params}, {"SHARD_GRAD_OP", 2.0 * params}, {"FULL_SHARD", 3.0 * params}};
+  const Result& ddp = best["ddp"];
+  const auto mb = [](int64_t kb) { return static_cast<double>(kb) / 1024; };
+  std::printf("%-14s %13s %13s %11s %10s %9s %15s\n", "strategy", "training peak", "/ ddp's", "above base",
+              "/ ddp's", "steps/s", "/ ddp's");
+  for (const std::string& role : roles) {
+    const Result& r = best[role];
+    std::printf("%-14s %10.0f MB %12.2fx %8.0f MB %9.2fx %9.2f %14.2fx   payload %.0f MB/step; peak of the run %.0f MB\n",
+                role.c_str(), mb(r.training_peak_kb),
+                static_cast<double>(r.training_peak_kb) / static_cast<double>(ddp.training_peak_kb),
+                mb(r.training_peak_kb - r.base_kb),
+                static_cast<double>(r.training_peak_kb - r.base_kb) /
+                    static_cast<double>(ddp.training_peak_kb - ddp.base_kb),
+                r.sps, r.sps / ddp.sps, payload.at(role) * 4 / 1e6, mb(r.peak_kb));
+  }
+  std::printf("targets (issue 26, ratios of ddp's peak): FULL_SHARD <= 0.45x, SHARD_GRAD_OP <= 0.65x\n");
+  return 0;
+}
