@@ -233,6 +233,84 @@ TEST(FsdpCheckpoint, AMidEpochCheckpointResumesExactlyUnderShardGradOpAndFullSha
   std::filesystem::remove_all(dir);
 }
 
+// FULL_SHARD keeps only each unit's chunk between steps: after the first
+// window (the canonical one) every declared unit's parameters have no bytes
+// at the end of each training step, on a rank that trains and on one that
+// ran out of data (2 and 6 batches, Join); after fit the module is whole
+// again and the same on every rank.
+LT_TEST_WORKER(FsdpFullShardFrees) {
+  const int rank = env_int("RANK");
+  fsdp()->options().sharding_strategy(lt::ShardingStrategy::kFullShard);
+  auto model = std::make_shared<JoinNet>(/*units=*/true);
+  int64_t checked = 0;
+  auto callback = std::make_shared<lt::LambdaCallback>();
+  // After each step, on a joined rank too (lockstep Join).
+  callback->on_after_optimizer_step_fn = [&](lt::Trainer& trainer, lt::LightningModule& module) {
+    if (trainer.global_step() < 2) return;
+    for (const auto& p : module.named_parameters()) {
+      LT_WORKER_CHECK(p.value().storage().nbytes() == 0, "step ", trainer.global_step(), ": ", p.key(),
+                      " holds ", p.value().storage().nbytes(), " bytes between steps");
+    }
+    ++checked;
+  };
+  lt::Trainer trainer(options(fsdp(), 2).max_epochs(1).callbacks({callback}));
+  trainer.fit(model, rank_loader(rank, rank == 0 ? 2 : 6));
+  fsdp()->options().sharding_strategy(lt::ShardingStrategy::kShardGradOp);
+  LT_WORKER_CHECK(checked == 5, "checked ", checked, " steps of 6");  // rank 0 joined after 2 (lockstep)
+  const torch::Tensor params = model->flat();
+  const torch::Tensor all = fsdp()->all_gather(params);
+  LT_WORKER_CHECK((all - all[0]).abs().max().item<double>() == 0.0 && params.abs().sum().item<double>() > 0,
+                  "after fit the module is not whole and alike");
+  return 0;
+}
+
+TEST(FsdpFullShard, ParametersHoldNoBytesBetweenStepsAndTheModuleIsWholeAfterFit) {
+  expect_workers_pass("FsdpFullShardFrees", 2, std::chrono::seconds(60));
+}
+
+// A model whose units run in another order after the first steps (here: in
+// reverse from batch 3 on) is stopped with an error naming the units, on
+// every rank, before the collective that would not match.
+class OrderFlippingNet : public lt::LightningModule {
+ public:
+  OrderFlippingNet() {
+    a = register_module("a", lt::FSDPUnit<torch::nn::Linear>(3, 3));
+    b = register_module("b", lt::FSDPUnit<torch::nn::Linear>(3, 3));
+  }
+  torch::Tensor training_step(const lt::Batch& batch, int64_t batch_idx) override {
+    torch::Tensor x = batch.data.to(torch::kFloat);
+    x = batch_idx < 3 ? b(a(x)) : a(b(x));
+    return x.pow(2).mean();
+  }
+  bool has_validation_step() const override { return false; }
+  lt::OptimizerConfig configure_optimizers() override {
+    return std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(0.1));
+  }
+  lt::FSDPUnit<torch::nn::Linear> a{nullptr};
+  lt::FSDPUnit<torch::nn::Linear> b{nullptr};
+};
+
+LT_TEST_WORKER(FsdpUnitOrderChange) {
+  const int rank = env_int("RANK");
+  fsdp()->options().sharding_strategy(lt::ShardingStrategy::kFullShard);
+  try {
+    lt::Trainer trainer(options(fsdp(), 2).max_epochs(1));
+    trainer.fit(std::make_shared<OrderFlippingNet>(), rank_loader(rank, 5));
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    LT_WORKER_CHECK(what.find("the all_gather of unit 'b' where every earlier micro-batch had the all_gather of "
+                              "unit 'a'") != std::string::npos,
+                    "unexpected error: ", what);
+    return 0;
+  }
+  LT_WORKER_CHECK(false, "the order change was not refused");
+  return 1;
+}
+
+TEST(FsdpFullShard, UnitsRunInAnotherOrderAreRefusedNamingThem) {
+  expect_workers_pass("FsdpUnitOrderChange", 2, std::chrono::seconds(60));
+}
+
 // HYBRID_SHARD, not built yet, is refused at construction (before any
 // process is launched), naming what to use instead.
 TEST(FsdpStrategy, RefusesHybridShardNotBuiltYet) {
