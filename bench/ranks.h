@@ -2,6 +2,8 @@
 // What the distributed benchmarks share: running copies of the benchmark as
 // the ranks of one job on 127.0.0.1, and timing a Trainer's steps.
 
+#include <sys/resource.h>
+
 #include <chrono>
 #include <cstdint>
 #include <iostream>
@@ -40,7 +42,17 @@ inline bool run_ranks(int world, const std::map<std::string, std::string>& env, 
   return true;
 }
 
-// Steps/s of a Trainer's run, from the batch after `warmup` steps to the end of training.
+// CPU seconds the calling thread has used: a training loop's own work, without
+// Gloo's threads and without the time it waits (blocked) on the other ranks.
+inline double thread_cpu_seconds() {
+  rusage usage{};
+  ::getrusage(RUSAGE_THREAD, &usage);
+  return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+         static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
+}
+
+// Steps/s of a Trainer's run, from the batch after `warmup` steps to the end
+// of training, and the loop thread's CPU milliseconds per step.
 class StepTimer : public lt::Callback {
  public:
   explicit StepTimer(int64_t warmup) : warmup_(warmup) {}
@@ -49,19 +61,24 @@ class StepTimer : public lt::Callback {
     if (trainer.global_step() == warmup_ && !started_) {
       started_ = true;
       t0_ = std::chrono::steady_clock::now();
+      cpu0_ = thread_cpu_seconds();
     }
   }
   void on_train_end(lt::Trainer& trainer, lt::LightningModule&) override {
-    sps_ = static_cast<double>(trainer.global_step() - warmup_) /
-           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    const double steps = static_cast<double>(trainer.global_step() - warmup_);
+    sps_ = steps / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    cpu_ms_ = (thread_cpu_seconds() - cpu0_) * 1000 / steps;
   }
   double steps_per_s() const { return sps_; }
+  double cpu_ms_per_step() const { return cpu_ms_; }
 
  private:
   int64_t warmup_;
   bool started_ = false;
   std::chrono::steady_clock::time_point t0_;
+  double cpu0_ = 0;
   double sps_ = 0;
+  double cpu_ms_ = 0;
 };
 
 }  // namespace lt::bench
