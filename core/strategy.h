@@ -161,7 +161,7 @@ class Strategy {
                                                                        const EpochPlan& plan);
 
   // -- evaluation ----------------------------------------------------------------
-  // Around an evaluation loop (validation, test, predict), every rank at the
+  // Around an evaluation loop (validation, test), every rank at the
   // same point: ranks evaluate different numbers of batches, so a strategy
   // that shards parameters gathers them here (a collective) and frees them after.
   virtual void on_evaluation_start() {}

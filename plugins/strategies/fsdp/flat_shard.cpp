@@ -250,10 +250,6 @@ void FlatShard::build_units(const FlatShardOptions& options) {
   std::sort(units.begin(), units.end(), [](const Unit& a, const Unit& b) { return a.params[0] < b.params[0]; });
   for (Unit& unit : units) unit.freeable = options.free_parameters;
   units_ = std::move(units);
-  unit_of_.assign(params_.size(), 0);
-  for (size_t u = 0; u < units_.size(); ++u) {
-    for (size_t i : units_[u].params) unit_of_[i] = u;
-  }
 }
 
 FlatShard::~FlatShard() {
@@ -412,23 +408,35 @@ void FlatShard::reload_shard() {
 
 // -- the sequence --------------------------------------------------------------------------------
 
+int64_t FlatShard::code(Op op, size_t u) const {
+  return static_cast<int64_t>(op) * static_cast<int64_t>(units_.size()) + static_cast<int64_t>(u);
+}
+FlatShard::Op FlatShard::op_of(int64_t code) const {
+  return static_cast<Op>(code / static_cast<int64_t>(units_.size()));
+}
+size_t FlatShard::unit_of(int64_t code) const {
+  return static_cast<size_t>(code % static_cast<int64_t>(units_.size()));
+}
+
+size_t FlatShard::index_of(const FSDPUnitBase& declared) const {
+  const auto it = std::find_if(units_.begin(), units_.end(), [&](const Unit& u) { return u.declared == &declared; });
+  LT_INTERNAL_ASSERT(it != units_.end(), "FlatShard: an lt::FSDPUnit it does not know");
+  return static_cast<size_t>(it - units_.begin());
+}
+
 void FlatShard::event(Op op, size_t u) {
   Unit& unit = units_[u];
   if (op == kGather) unit.gathered = true;
-  const int64_t code = static_cast<int64_t>(op) * static_cast<int64_t>(units_.size()) + static_cast<int64_t>(u);
   if (canonical()) {
-    record_.push_back(code);
+    record_.push_back(code(op, u));
     return;
   }
   // The sequence under no_sync has no reduce_scatter.
-  while (pos_ < sequence_.size() && !sync_ && sequence_[pos_] / static_cast<int64_t>(units_.size()) == kReduce) {
-    ++pos_;
-  }
-  if (pos_ >= sequence_.size() || sequence_[pos_] != code) {
+  while (pos_ < sequence_.size() && !sync_ && op_of(sequence_[pos_]) == kReduce) ++pos_;
+  if (pos_ >= sequence_.size() || sequence_[pos_] != code(op, u)) {
     const std::string expected =
         pos_ < sequence_.size()
-            ? c10::str(op_name(sequence_[pos_] / static_cast<int64_t>(units_.size())), " of unit '",
-                       units_[sequence_[pos_] % static_cast<int64_t>(units_.size())].name, "'")
+            ? c10::str(op_name(op_of(sequence_[pos_])), " of unit '", units_[unit_of(sequence_[pos_])].name, "'")
             : std::string("nothing more");
     throw Error(c10::str("strategy fsdp: this micro-batch's collective ", pos_ + 1, " is the ", op_name(op),
                          " of unit '", unit.name, "' where every earlier micro-batch had the ", expected,
@@ -457,15 +465,13 @@ void FlatShard::replay(bool reduces) {
     share_sequence(/*has_record=*/false);
     return;
   }
-  const int64_t n = static_cast<int64_t>(units_.size());
   for (; pos_ < sequence_.size(); ++pos_) {
-    const int64_t op = sequence_[pos_] / n;
-    const size_t u = static_cast<size_t>(sequence_[pos_] % n);
+    const Op op = op_of(sequence_[pos_]);
     if (op == kReduce && !reduces) continue;
     if (op == kGather) {
-      gather(u);
+      gather(unit_of(sequence_[pos_]));
     } else {
-      reduce(u);
+      reduce(unit_of(sequence_[pos_]));
     }
   }
   for (size_t u = 0; u < units_.size(); ++u) free(u);
@@ -477,12 +483,13 @@ void FlatShard::share_sequence(bool has_record) {
   LT_CHECK(!has_record || static_cast<int64_t>(record_.size()) <= length, "strategy fsdp: a micro-batch ran ",
            record_.size(), " collectives over ", units_.size(), " units (more than ", length,
            "): is an lt::FSDPUnit called many times in one forward?");
-  torch::Tensor t = torch::full({length + 1}, int64_t(-1), torch::TensorOptions().dtype(torch::kLong).device(device_));
+  // [its length, the record], -1 where a rank has none.
+  torch::Tensor t = torch::full({length + 1}, int64_t(-1), torch::kLong);
   if (has_record) {
     t[0] = static_cast<int64_t>(record_.size());
-    for (size_t i = 0; i < record_.size(); ++i) t[static_cast<int64_t>(i) + 1] = record_[i];
+    if (!record_.empty()) t.narrow(0, 1, static_cast<int64_t>(record_.size())).copy_(torch::tensor(record_));
   }
-  std::vector<torch::Tensor> v{t};
+  std::vector<torch::Tensor> v{t.to(device_)};
   c10d::AllreduceOptions max;
   max.reduceOp = c10d::ReduceOp::MAX;
   group_->allreduce(v, max)->wait();
@@ -525,47 +532,42 @@ void FlatShard::shadow_forward() {
 }
 
 void FlatShard::enter(FSDPUnitBase& declared) {
-  const auto it = std::find_if(units_.begin(), units_.end(), [&](const Unit& u) { return u.declared == &declared; });
-  LT_INTERNAL_ASSERT(it != units_.end(), "FlatShard: an lt::FSDPUnit it does not know");
-  const size_t u = static_cast<size_t>(it - units_.begin());
+  const size_t u = index_of(declared);
+  Unit& unit = units_[u];
   if (in_micro_batch_) {
-    if (it->freeable && !it->gathered) event(kGather, u);
+    if (unit.freeable && !unit.gathered) event(kGather, u);
     return;
   }
   // Outside a training micro-batch (an evaluation, and the time between
   // epochs, have every unit whole): a sharded unit is gathered for this
   // forward only, so every rank must run it.
-  if (!it->materialized) {
+  if (!unit.materialized) {
     gather(u);
-    it->gathered_outside = true;
+    unit.gathered_outside = true;
   }
 }
 
 void FlatShard::leave(FSDPUnitBase& declared, const std::vector<torch::Tensor>& outputs) {
-  const auto it = std::find_if(units_.begin(), units_.end(), [&](const Unit& u) { return u.declared == &declared; });
-  const size_t u = static_cast<size_t>(it - units_.begin());
-  if (!it->freeable) return;
+  const size_t u = index_of(declared);
+  Unit& unit = units_[u];
+  if (!unit.freeable) return;
   if (!in_micro_batch_) {
-    if (std::exchange(it->gathered_outside, false)) free(u);
+    if (std::exchange(unit.gathered_outside, false)) free(u);
     return;
   }
-  bool hooked = false;
   if (torch::GradMode::is_enabled()) {
+    // An output of another type cannot be found again in backward: the unit
+    // stays gathered until its gradients are reduced.
+    if (outputs.empty()) return;
     for (const auto& output : outputs) {
       if (!output.defined() || !output.requires_grad()) continue;
       output.register_hook([this, u](const torch::Tensor& grad) {
         pre_backward(u);
         return grad;
       });
-      hooked = true;
-    }
-    // A unit that cannot be found again in backward stays gathered until its gradients are reduced.
-    if (!hooked) {
-      for (size_t i : it->params) hooked = hooked || params_[i].requires_grad();
-      if (hooked) return;
     }
   }
-  it->gathered = false;
+  unit.gathered = false;
   if (!canonical()) free(u);
 }
 
@@ -603,17 +605,10 @@ void FlatShard::end_backward() {
   // Units some of whose parameters got no gradient, from the last.
   for (size_t u = units_.size(); u-- > 0;) on_ready(u);
   if (!canonical()) {
-    const size_t expected =
-        sync_ ? sequence_.size()
-              : static_cast<size_t>(std::count_if(sequence_.begin(), sequence_.end(), [&](int64_t code) {
-                  return code / static_cast<int64_t>(units_.size()) == kGather;
-                }));
-    size_t issued = pos_;
-    if (!sync_) {
-      issued = static_cast<size_t>(std::count_if(sequence_.begin(), sequence_.begin() + pos_, [&](int64_t code) {
-        return code / static_cast<int64_t>(units_.size()) == kGather;
-      }));
-    }
+    // Under no_sync the sequence without its reduce_scatters.
+    const auto counted = [&](int64_t c) { return sync_ || op_of(c) == kGather; };
+    const auto expected = std::count_if(sequence_.begin(), sequence_.end(), counted);
+    const auto issued = std::count_if(sequence_.begin(), sequence_.begin() + static_cast<std::ptrdiff_t>(pos_), counted);
     LT_CHECK(issued == expected, "strategy fsdp: this micro-batch ran ", issued, " of its units' ", expected,
              " collectives: every micro-batch must run the same units in the same order");
   } else if (sync_) {

@@ -139,6 +139,11 @@ class FlatShard : public GradientSync, private FSDPUnitHooks {
   void leave(FSDPUnitBase& unit, const std::vector<torch::Tensor>& outputs) override;
 
   void build_units(const FlatShardOptions& options);
+  size_t index_of(const FSDPUnitBase& declared) const;
+  // A collective of the sequence as a number, and back.
+  int64_t code(Op op, size_t u) const;
+  Op op_of(int64_t code) const;
+  size_t unit_of(int64_t code) const;
   void pre_backward(size_t u);
   void on_ready(size_t u);
   void end_backward();
@@ -164,7 +169,6 @@ class FlatShard : public GradientSync, private FSDPUnitHooks {
   torch::Device device_{torch::kCPU};
   std::vector<torch::Tensor> params_;
   std::vector<Unit> units_;
-  std::vector<size_t> unit_of_;  // params_[i] is in units_[unit_of_[i]]
   std::shared_ptr<BlockPool> pool_;  // the CPU's
   torch::Tensor shard_data_;         // S: shards_ are views of it
   std::vector<torch::Tensor> shards_;
