@@ -108,9 +108,15 @@ void ProgressBar::on_after_optimizer_step(Trainer& trainer, LightningModule&) {
   redraw(trainer, trainer.state().epoch_iteration);
 }
 
-void ProgressBar::redraw(const Trainer& trainer, int64_t done) {
+namespace {
+// The last window's padding micro-batches (Join) are iterations, not batches: the count stops at the epoch's length.
+int64_t batches_done(int64_t iterations, int64_t total) { return total >= 0 ? std::min(iterations, total) : iterations; }
+}  // namespace
+
+void ProgressBar::redraw(const Trainer& trainer, int64_t iterations) {
   if (!enabled_ || !tty_) return;
   const int64_t total = trainer.state().epoch_length;
+  const int64_t done = batches_done(iterations, total);
   // Redrawing costs a write; at thousands of it/s, at most ~10 redraws a second.
   const auto now = Clock::now();
   if (done % options_.refresh_rate() != 0 && done != total) return;
@@ -122,7 +128,8 @@ void ProgressBar::redraw(const Trainer& trainer, int64_t done) {
 void ProgressBar::on_train_epoch_end(Trainer& trainer, LightningModule&) {
   if (!enabled_) return;
   // The iterations the epoch ran (all of them, or up to a stop), of the epoch's length.
-  draw(trainer, trainer.state().epoch_iteration, trainer.state().epoch_length, true);
+  const int64_t total = trainer.state().epoch_length;
+  draw(trainer, batches_done(trainer.state().epoch_iteration, total), total, true);
 }
 
 void ProgressBar::on_test_end(Trainer& trainer, LightningModule&) {

@@ -59,7 +59,7 @@ class ProgressBar : public Callback {
   size_t columns() const;
   void draw(const Trainer& trainer, int64_t done, int64_t total, bool final);
   // Draws `done` of the epoch's length, at most ~10 times a second.
-  void redraw(const Trainer& trainer, int64_t done);
+  void redraw(const Trainer& trainer, int64_t iterations);
 
   ProgressBarOptions options_;
   bool tty_ = false;
