@@ -25,8 +25,10 @@
 #include <lightning_cpp/cli/cli.h>
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/checkpoint_io.h>
+#include <lightning_cpp/core/cpu.h>
 #include <lightning_cpp/core/data_module.h>
 #include <lightning_cpp/core/lightning_module.h>
+#include <lightning_cpp/core/optimizer_state.h>
 #include <lightning_cpp/core/rank_zero.h>
 #include <lightning_cpp/core/registry.h>
 #include <lightning_cpp/core/signals.h>

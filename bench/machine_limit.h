@@ -8,32 +8,27 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <fstream>
 #include <initializer_list>
 #include <sstream>
 #include <string>
 
 #include <torch/torch.h>
 
+#include <lightning_cpp/core/cpu.h>
+
 namespace lt::bench {
 
 // The CPU as /proc/cpuinfo names it, its cores, and the vector units that
 // decide a step's speed: "AMD EPYC 9R14 (2 cores; avx2 avx512f avx512_bf16)".
 inline std::string machine() {
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  std::string line, model = "unknown CPU", flags;
-  while (std::getline(cpuinfo, line)) {
-    const auto colon = line.find(':');
-    if (colon == std::string::npos || colon + 2 > line.size()) continue;
-    if (line.rfind("model name", 0) == 0 && model == "unknown CPU") model = line.substr(colon + 2);
-    if (line.rfind("flags", 0) == 0 && flags.empty()) flags = " " + line.substr(colon + 2) + " ";
-  }
+  const lt::CpuInfo& cpu = lt::cpu_info();
   std::string units;
   for (const char* f : {"avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16"}) {
-    if (flags.find(std::string(" ") + f + " ") != std::string::npos) units += (units.empty() ? "" : " ") + std::string(f);
+    if (cpu.has(f)) units += (units.empty() ? "" : " ") + std::string(f);
   }
   std::ostringstream out;
-  out << model << " (" << ::sysconf(_SC_NPROCESSORS_ONLN) << " cores; " << (units.empty() ? "no avx2" : units) << ")";
+  out << cpu.model << " (" << ::sysconf(_SC_NPROCESSORS_ONLN) << " cores; " << (units.empty() ? "no avx2" : units)
+      << ")";
   return out.str();
 }
 

@@ -6,13 +6,22 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <sstream>
+#include <utility>
 #include <variant>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <ATen/CPUGeneratorImpl.h>
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/import_read.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/files.h>
@@ -53,117 +62,280 @@ void load_module_state_dict(torch::nn::Module& module, const c10::Dict<std::stri
 }
 
 void atomic_pickle_save(const c10::IValue& value, const std::string& path) {
-  const std::vector<char> bytes = torch::pickle_save(value);
-  replace_file(path, bytes.data(), bytes.size());
+  // The pickle holds the structure and refers to each tensor's storage by
+  // number; the storages follow as records written from the tensors' own
+  // memory (a CUDA one copied to the CPU one at a time): the file is never
+  // whole in memory, and the zip writer computes each record's CRC-32 on
+  // the way. What torch::pickle_save writes, byte for byte.
+  std::vector<char> pickle;
+  torch::jit::Pickler pickler([&](const char* data, size_t size) { pickle.insert(pickle.end(), data, data + size); });
+  pickler.protocol();
+  pickler.pushIValue(value);
+  pickler.stop();
+  FileReplacement file(path);
+  std::exception_ptr failure;  // rethrown once the zip writer (C code) has returned
+  auto writer = std::make_unique<caffe2::serialize::PyTorchStreamWriter>([&](const void* data, size_t size) -> size_t {
+    if (failure) return size;  // after a failure: nothing more is written, and nothing more fails
+    try {
+      file.write(data, size);
+    } catch (...) {
+      failure = std::current_exception();
+      return 0;
+    }
+    return size;
+  });
+  try {
+    torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(), *writer);
+    writer->writeEndOfFile();
+  } catch (...) {
+    if (!failure) failure = std::current_exception();
+    try {
+      if (!writer->finalized()) writer->writeEndOfFile();
+    } catch (...) {
+    }
+    // A writer that could not finish would try again in its destructor, and
+    // throw there: it is left (a few bytes, on a failed save only).
+    if (!writer->finalized()) (void)writer.release();
+  }
+  writer.reset();
+  if (failure) std::rethrow_exception(failure);
+  file.commit();
 }
 
 namespace {
 
-uint16_t le16(const char* p) {
-  return static_cast<uint16_t>(static_cast<uint8_t>(p[0]) | static_cast<uint8_t>(p[1]) << 8);
-}
+uint16_t le16(const unsigned char* p) { return static_cast<uint16_t>(p[0] | p[1] << 8); }
+uint32_t le32(const unsigned char* p) { return static_cast<uint32_t>(le16(p)) | static_cast<uint32_t>(le16(p + 2)) << 16; }
+uint64_t le64(const unsigned char* p) { return static_cast<uint64_t>(le32(p)) | static_cast<uint64_t>(le32(p + 4)) << 32; }
 
-uint32_t le32(const char* p) { return static_cast<uint32_t>(le16(p)) | static_cast<uint32_t>(le16(p + 2)) << 16; }
+constexpr uint32_t kLocalHeader = 0x04034b50, kDirectoryEntry = 0x02014b50, kDirectoryEnd = 0x06054b50,
+                   kZip64End = 0x06064b50, kZip64Locator = 0x07064b50;
 
-constexpr uint32_t kLocalHeader = 0x04034b50, kDirectoryEntry = 0x02014b50, kDirectoryEnd = 0x06054b50;
-
-// What is wrong with the zip archive torch.save / torch::pickle_save write,
-// or "" when its directory holds and every stored record matches its CRC-32
+// A checkpoint file read in place: the zip archive torch.save and
+// lightning-cpp write (records stored, not compressed), its directory
+// checked when opened and each record's CRC-32 checked as its bytes are read
 // (LibTorch 1.13's reader checks neither: a flipped byte loaded silently).
-// Zip64 archives (over 4 GiB) are left to LibTorch's reader.
-std::string zip_problem(const std::vector<char>& bytes) {
-  constexpr size_t kEndSize = 22, kMaxComment = 65535;
-  if (bytes.size() < kEndSize) return "too short for a zip archive";
-  size_t end = bytes.size() - kEndSize;
-  const size_t lowest = end > kMaxComment ? end - kMaxComment : 0;
-  while (le32(&bytes[end]) != kDirectoryEnd) {
-    if (end == lowest) return "no zip directory at its end";
-    --end;
-  }
-  const uint16_t entries = le16(&bytes[end + 10]);
-  const uint32_t directory_size = le32(&bytes[end + 12]);
-  const uint32_t directory = le32(&bytes[end + 16]);
-  if (entries == 0xFFFF || directory == 0xFFFFFFFF || directory_size == 0xFFFFFFFF) return "";
-  if (uint64_t{directory} + directory_size > end) return "its zip directory points past the file's end";
-  size_t at = directory;
-  for (uint16_t e = 0; e < entries; ++e) {
-    if (at + 46 > end || le32(&bytes[at]) != kDirectoryEntry) return "its zip directory is damaged";
-    const uint16_t method = le16(&bytes[at + 10]);
-    const uint32_t crc = le32(&bytes[at + 16]);
-    const uint32_t size = le32(&bytes[at + 20]);
-    const size_t name_size = le16(&bytes[at + 28]);
-    const size_t rest = name_size + le16(&bytes[at + 30]) + le16(&bytes[at + 32]);
-    const uint32_t local = le32(&bytes[at + 42]);
-    if (at + 46 + rest > end) return "its zip directory is damaged";
-    const std::string name(&bytes[at + 46], name_size);
-    if (size == 0xFFFFFFFF || local == 0xFFFFFFFF) return "";
-    if (uint64_t{local} + 30 > bytes.size() || le32(&bytes[local]) != kLocalHeader) {
-      return c10::str("record '", name, "' has no header where the directory says");
+// A problem is a ValueError naming the file and the record.
+class CheckedCheckpoint : public caffe2::serialize::ReadAdapterInterface {
+ public:
+  explicit CheckedCheckpoint(std::string path) : path_(std::move(path)) {
+    std::error_code ec;
+    LT_CHECK_VALUE(!std::filesystem::is_directory(path_, ec), "checkpoint '", path_, "' is a directory, not a file");
+    fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    LT_CHECK_VALUE(fd_ >= 0, "checkpoint '", path_, "' does not exist or cannot be read");
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+      ::close(fd_);
+      throw ValueError(c10::str("checkpoint '", path_, "' is not a regular file"));
     }
-    const uint64_t data = uint64_t{local} + 30 + le16(&bytes[local + 26]) + le16(&bytes[local + 28]);
-    if (data + size > bytes.size()) return c10::str("record '", name, "' runs past the file's end");
-    if (method == 0) {  // stored, as torch.save writes every record
-      const auto computed = static_cast<uint32_t>(
-          crc32(0, reinterpret_cast<const Bytef*>(bytes.data() + data), static_cast<uInt>(size)));
-      if (computed != crc) {
-        char hex[64];
-        std::snprintf(hex, sizeof hex, "stored %08x, computed %08x", crc, computed);
-        return c10::str("record '", name, "' fails its CRC-32 check (", hex, ")");
+    size_ = static_cast<uint64_t>(st.st_size);
+    unsigned char magic[4] = {0, 0, 0, 0};
+    std::string problem = pread_all(0, magic, 4) && le32(magic) == kLocalHeader
+                              ? read_directory()
+                              : "not a zip archive, as torch.save and lightning-cpp write them";
+    if (!problem.empty()) {
+      ::close(fd_);
+      corrupt(problem);
+    }
+  }
+  ~CheckedCheckpoint() override { ::close(fd_); }
+
+  size_t size() const override { return size_; }
+
+  // The zip reader reads a stored record's bytes in one call at its data's
+  // offset: their CRC-32 is checked there. A mismatch is a short read (the
+  // reader is C code: nothing is thrown through it); problem() tells.
+  size_t read(uint64_t pos, void* buf, size_t n, const char* /*what*/) const override {
+    if (pos >= size_) return 0;
+    n = static_cast<size_t>(std::min<uint64_t>(n, size_ - pos));
+    if (!pread_all(pos, buf, n)) return 0;
+    auto it = records_.find(pos);
+    if (it != records_.end() && it->second.size == n && !it->second.checked) {
+      if (const std::string problem = crc_problem(it->second, crc(buf, n)); !problem.empty()) {
+        problem_ = problem;
+        return 0;
       }
+      it->second.checked = true;
     }
-    at += 46 + rest;
+    return n;
   }
-  return "";
-}
+
+  // Checks the records not read yet, in pieces.
+  void check_the_rest() const {
+    std::vector<unsigned char> chunk(4 << 20);
+    for (auto& [data, record] : records_) {
+      if (record.checked) continue;
+      uLong c = crc32(0, nullptr, 0);
+      for (uint64_t done = 0; done < record.size;) {
+        const size_t n = static_cast<size_t>(std::min<uint64_t>(chunk.size(), record.size - done));
+        if (!pread_all(data + done, chunk.data(), n)) corrupt(c10::str("record '", record.name, "' cannot be read"));
+        c = crc(chunk.data(), n, c);
+        done += n;
+      }
+      if (const std::string problem = crc_problem(record, static_cast<uint32_t>(c)); !problem.empty()) corrupt(problem);
+      record.checked = true;
+    }
+  }
+
+  const std::string& problem() const { return problem_; }
+  [[noreturn]] void corrupt(const std::string& problem) const {
+    throw ValueError(c10::str("checkpoint '", path_, "' is truncated or corrupt (", size_, " bytes): ", problem));
+  }
+
+ private:
+  struct Record {
+    std::string name;
+    uint64_t size;
+    uint32_t crc;
+    bool stored;
+    mutable bool checked;
+  };
+
+  bool pread_all(uint64_t pos, void* buf, size_t n) const {
+    for (size_t done = 0; done < n;) {
+      const ssize_t got = ::pread(fd_, static_cast<char*>(buf) + done, n - done, static_cast<off_t>(pos + done));
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) return false;
+      done += static_cast<size_t>(got);
+    }
+    return true;
+  }
+  static uint32_t crc(const void* data, size_t n, uLong c = crc32(0, nullptr, 0)) {
+    for (size_t done = 0; done < n;) {  // zlib's length is 32 bits
+      const auto piece = static_cast<uInt>(std::min<size_t>(n - done, 1u << 30));
+      c = crc32(c, static_cast<const Bytef*>(data) + done, piece);
+      done += piece;
+    }
+    return static_cast<uint32_t>(c);
+  }
+  static std::string crc_problem(const Record& record, uint32_t computed) {
+    if (!record.stored || computed == record.crc) return "";
+    char hex[64];
+    std::snprintf(hex, sizeof hex, "stored %08x, computed %08x", record.crc, computed);
+    return c10::str("record '", record.name, "' fails its CRC-32 check (", hex, ")");
+  }
+
+  // What is wrong with the zip directory, or "" (records_ then holds every record).
+  std::string read_directory() {
+    constexpr uint64_t kEndSize = 22, kMaxComment = 65535;
+    if (size_ < kEndSize) return "too short for a zip archive";
+    const uint64_t tail_start = size_ > kEndSize + kMaxComment + 20 ? size_ - kEndSize - kMaxComment - 20 : 0;
+    std::vector<unsigned char> tail(static_cast<size_t>(size_ - tail_start));
+    if (!pread_all(tail_start, tail.data(), tail.size())) return "its end cannot be read";
+    size_t end = tail.size() - kEndSize;
+    while (le32(&tail[end]) != kDirectoryEnd) {
+      if (end == 0) return "no zip directory at its end";
+      --end;
+    }
+    uint64_t entries = le16(&tail[end + 10]);
+    uint64_t directory_size = le32(&tail[end + 12]);
+    uint64_t directory = le32(&tail[end + 16]);
+    uint64_t directory_end = tail_start + end;
+    if (entries == 0xFFFF || directory == 0xFFFFFFFF || directory_size == 0xFFFFFFFF) {  // zip64 (over 4 GiB)
+      if (end < 20 || le32(&tail[end - 20]) != kZip64Locator) return "its zip64 directory locator is missing";
+      const uint64_t record = le64(&tail[end - 20 + 8]);
+      unsigned char z[56];
+      if (record + 56 > size_ || !pread_all(record, z, 56) || le32(z) != kZip64End) {
+        return "its zip64 directory end is damaged";
+      }
+      entries = le64(z + 32);
+      directory_size = le64(z + 40);
+      directory = le64(z + 48);
+      directory_end = record;
+    }
+    if (directory + directory_size > directory_end) return "its zip directory points past the file's end";
+    std::vector<unsigned char> dir(static_cast<size_t>(directory_size));
+    if (!pread_all(directory, dir.data(), dir.size())) return "its zip directory cannot be read";
+    size_t at = 0;
+    for (uint64_t e = 0; e < entries; ++e) {
+      if (at + 46 > dir.size() || le32(&dir[at]) != kDirectoryEntry) return "its zip directory is damaged";
+      const uint16_t method = le16(&dir[at + 10]);
+      const uint32_t crc = le32(&dir[at + 16]);
+      uint64_t compressed = le32(&dir[at + 20]), uncompressed = le32(&dir[at + 24]);
+      const size_t name_size = le16(&dir[at + 28]), extra_size = le16(&dir[at + 30]);
+      uint64_t local = le32(&dir[at + 42]);
+      const size_t rest = name_size + extra_size + le16(&dir[at + 32]);
+      if (at + 46 + rest > dir.size()) return "its zip directory is damaged";
+      const std::string name(reinterpret_cast<const char*>(&dir[at + 46]), name_size);
+      // Zip64: the sizes and offset that do not fit 32 bits, in this order, in extra field 1.
+      for (size_t x = at + 46 + name_size; x + 4 <= at + 46 + name_size + extra_size;) {
+        const uint16_t id = le16(&dir[x]), length = le16(&dir[x + 2]);
+        if (id == 1) {
+          size_t f = x + 4;
+          for (uint64_t* field : {&uncompressed, &compressed, &local}) {
+            if (*field != 0xFFFFFFFF) continue;
+            if (f + 8 > x + 4 + length) return c10::str("record '", name, "' has a damaged zip64 field");
+            *field = le64(&dir[f]);
+            f += 8;
+          }
+        }
+        x += 4 + length;
+      }
+      unsigned char header[30];
+      if (local + 30 > size_ || !pread_all(local, header, 30) || le32(header) != kLocalHeader) {
+        return c10::str("record '", name, "' has no header where the directory says");
+      }
+      const uint64_t data = local + 30 + le16(header + 26) + le16(header + 28);
+      if (data + compressed > size_) return c10::str("record '", name, "' runs past the file's end");
+      records_.emplace(data, Record{name, compressed, crc, method == 0 && compressed == uncompressed, false});
+      at += 46 + rest;
+    }
+    return "";
+  }
+
+  std::string path_;
+  int fd_ = -1;
+  uint64_t size_ = 0;
+  std::map<uint64_t, Record> records_;  // by the offset of their data
+  mutable std::string problem_;
+};
 
 }  // namespace
 
-namespace {
-
-// The bytes of checkpoint `path`, checked: a regular file, a zip archive
-// whose directory holds and whose records match their CRC-32.
-std::vector<char> read_checked(const std::string& path) {
-  std::error_code ec;
-  LT_CHECK_VALUE(!std::filesystem::is_directory(path, ec), "checkpoint '", path, "' is a directory, not a file");
-  std::ifstream in(path, std::ios::binary);
-  LT_CHECK_VALUE(in.good(), "checkpoint '", path, "' does not exist or cannot be read");
-  LT_CHECK_VALUE(std::filesystem::is_regular_file(path, ec), "checkpoint '", path, "' is not a regular file");
-  const auto file_size = std::filesystem::file_size(path, ec);
-  // The header first: a file that is no zip archive is not read whole.
-  char magic[4] = {0, 0, 0, 0};
-  in.read(magic, 4);
-  LT_CHECK_VALUE(in.gcount() == 4 && le32(magic) == kLocalHeader, "checkpoint '", path, "' is truncated or corrupt (",
-                 file_size, " bytes): not a zip archive, as torch.save and lightning-cpp write them");
-  in.seekg(0);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (const std::string problem = zip_problem(bytes); !problem.empty()) {
-    throw ValueError(c10::str("checkpoint '", path, "' is truncated or corrupt (", bytes.size(), " bytes): ", problem));
-  }
-  return bytes;
-}
-
-}  // namespace
-
-void check_checkpoint_file(const std::string& path) { (void)read_checked(path); }
+void check_checkpoint_file(const std::string& path) { CheckedCheckpoint(path).check_the_rest(); }
 
 c10::IValue pickle_load_file(const std::string& path) {
-  const std::vector<char> bytes = read_checked(path);
+  auto file = std::make_shared<CheckedCheckpoint>(path);
   try {
-    return torch::pickle_load(bytes);
+    // Each record is read once, into the tensor that keeps it: the file is
+    // never whole in memory besides.
+    caffe2::serialize::PyTorchStreamReader reader(file);
+    c10::IValue value;
+    try {
+      value = torch::jit::readArchiveAndTensors("data", "", "", c10::nullopt, c10::nullopt, c10::nullopt, reader);
+    } catch (const std::exception& e) {
+      if (!file->problem().empty()) throw;
+      // LibTorch 1.13's unpickler cannot read collections.OrderedDict (what
+      // torch.save(model.state_dict()) writes); the marker is a hint, not
+      // proof: every tensor torch.save writes names it too.
+      static const std::string kOrderedDict = "collections\nOrderedDict\n";
+      bool ordered_dict = false;
+      if (reader.hasRecord("data.pkl")) {
+        auto [data, size] = reader.getRecord("data.pkl");
+        const char* begin = static_cast<const char*>(data.get());
+        ordered_dict = std::search(begin, begin + size, kOrderedDict.begin(), kOrderedDict.end()) != begin + size;
+      }
+      const std::string what = error_message(e);
+      // Pickle's APPEND (97): how Python writes a list of one element.
+      const bool append = what.find("Unknown opcode for unpickling") != std::string::npos &&
+                          what.find(": 97") != std::string::npos;
+      file->corrupt(c10::str(
+          what.substr(0, 200),
+          append ? "; if Python wrote it: it holds a list of one element, which LibTorch 1.13's unpickler cannot "
+                   "read; save such a list as a tuple (an optimizer's state_dict with one parameter group: "
+                   "{\"state\": sd[\"state\"], \"param_groups\": tuple(sd[\"param_groups\"])})"
+          : ordered_dict ? "; if Python's torch.save(model.state_dict()) wrote it: it holds a collections.OrderedDict, "
+                           "which LibTorch 1.13 cannot read; save a plain dict instead: "
+                           "torch.save(dict(model.state_dict()), path)"
+                         : ""));
+    }
+    file->check_the_rest();  // records the pickle does not refer to
+    return value;
+  } catch (const ValueError&) {
+    throw;
   } catch (const std::exception& e) {
-    // LibTorch 1.13's unpickler cannot read collections.OrderedDict (what
-    // torch.save(model.state_dict()) writes); the marker is a hint, not proof:
-    // a cut file may hold it too.
-    static const std::string kOrderedDict = "collections\nOrderedDict\n";
-    const bool ordered_dict =
-        std::search(bytes.begin(), bytes.end(), kOrderedDict.begin(), kOrderedDict.end()) != bytes.end();
-    throw ValueError(c10::str(
-        "checkpoint '", path, "' is truncated or corrupt (", bytes.size(), " bytes): ",
-        error_message(e).substr(0, 200),
-        ordered_dict ? "; if Python's torch.save(model.state_dict()) wrote it: it holds a collections.OrderedDict, "
-                       "which LibTorch 1.13 cannot read; save a plain dict instead: "
-                       "torch.save(dict(model.state_dict()), path)"
-                     : ""));
+    if (!file->problem().empty()) file->corrupt(file->problem());
+    file->corrupt(error_message(e).substr(0, 200));
   }
 }
 

@@ -4,7 +4,9 @@
 //   {"state_dict": {param/buffer name -> tensor},   # names as PyTorch uses them
 //    "epoch": int, "global_step": int,               # epoch: current_epoch when saved (Lightning's)
 //    "epoch_finished": bool,                           # saved at that epoch's end: resume at the next
-//    "optimizer": uint8 tensor (LibTorch optimizer archive),
+//    "optimizer": {"state": ..., "param_groups": [...]}, # PyTorch's optimizer.state_dict()
+//                                                    # (core/optimizer_state.h); "optimizer_1"... under
+//                                                    # manual optimization's several optimizers
 //    "lr_scheduler": {...}, "callbacks": {state_key -> {...}},
 //    "MixedPrecision": {...},                          # 16-mixed: GradScaler.state_dict(), as Lightning
 //    "hparams": {str -> bool|int|float|str},          # typed, as the module set them
@@ -37,13 +39,16 @@ void load_weights(torch::nn::Module& module, const std::string& path, bool stric
 // The {name -> tensor} dict inside `loaded` (a checkpoint or a bare state_dict).
 c10::Dict<std::string, torch::Tensor> state_dict_from(const c10::IValue& loaded, const std::string& path);
 
-// Writes `value` to `path` atomically (core/files.h's replace_file: a
-// failure names the file and the OS error, and leaves `path` as it was).
+// Writes `value` to `path` atomically (core/files.h's FileReplacement: a
+// failure names the file and the OS error, and leaves `path` as it was),
+// streamed: each tensor goes to the file from its own memory, so the file is
+// never whole in memory. The bytes are torch::pickle_save's.
 void atomic_pickle_save(const c10::IValue& value, const std::string& path);
-// Reads what atomic_pickle_save (or torch.save) wrote. A file that is no
-// zip archive, whose zip directory is damaged or one of whose records fails
-// its CRC-32 check (LibTorch's reader checks none of it) is a ValueError
-// naming the record; check_checkpoint_file does the same checks alone.
+// Reads what atomic_pickle_save (or torch.save) wrote, each record straight
+// into its tensor. A file that is no zip archive, whose zip directory is
+// damaged or one of whose records fails its CRC-32 check (LibTorch's reader
+// checks none of it) is a ValueError naming the record;
+// check_checkpoint_file does the same checks alone.
 c10::IValue pickle_load_file(const std::string& path);
 void check_checkpoint_file(const std::string& path);
 
@@ -52,7 +57,8 @@ void check_checkpoint_file(const std::string& path);
 StateDict rng_states();
 void load_rng_states(const StateDict& states);
 
-// Optimizer state as bytes (LibTorch's archive format) and back.
+// Optimizer state as bytes (LibTorch's archive format) and back: what
+// core/optimizer_state.h keeps for an optimizer PyTorch's layout does not name.
 torch::Tensor optimizer_to_bytes(torch::optim::Optimizer& optimizer);
 void optimizer_from_bytes(torch::optim::Optimizer& optimizer, const torch::Tensor& bytes);
 

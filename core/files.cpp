@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <random>
 #include <sstream>
+#include <utility>
 
 #include <lightning_cpp/core/check.h>
 
@@ -46,36 +47,58 @@ bool write_all(int fd, const char* data, size_t size) {
 
 }  // namespace
 
-void replace_file(const std::string& path, const char* data, size_t size) {
+FileReplacement::FileReplacement(std::string path) : path_(std::move(path)) {
   // Named so that a later run can tell a dead writer's leftovers.
   static const std::string host = host_name();
   std::random_device random;
-  std::string tmp;
-  int fd = -1;
-  for (int attempt = 0; fd < 0; ++attempt) {
+  for (int attempt = 0; fd_ < 0; ++attempt) {
     char suffix[32];
     std::snprintf(suffix, sizeof suffix, "%08x%08x", random(), random());
-    tmp = c10::str(path, kTemporaryMarker, host, ".", ::getpid(), ".", suffix);
-    fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
-    if (fd < 0 && (errno != EEXIST || attempt >= 8)) {
-      throw Error(c10::str("cannot create '", tmp, "' (to replace '", path, "'): ", std::strerror(errno)));
+    tmp_ = c10::str(path_, kTemporaryMarker, host, ".", ::getpid(), ".", suffix);
+    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (fd_ < 0 && (errno != EEXIST || attempt >= 8)) {
+      throw Error(c10::str("cannot create '", tmp_, "' (to replace '", path_, "'): ", std::strerror(errno)));
     }
   }
-  auto fail = [&](const char* doing) {
-    const int error = errno;
-    if (fd >= 0) ::close(fd);
-    ::unlink(tmp.c_str());
-    throw Error(c10::str(doing, " '", tmp, "' failed: ", std::strerror(error), " (removed; '", path,
-                         "' is unchanged)"));
-  };
-  if (!write_all(fd, data, size)) fail("writing");
+}
+
+FileReplacement::~FileReplacement() {
+  if (tmp_.empty()) return;  // committed
+  if (fd_ >= 0) ::close(fd_);
+  ::unlink(tmp_.c_str());
+}
+
+void FileReplacement::fail(const char* doing) {
+  const int error = errno;
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  ::unlink(tmp_.c_str());
+  const std::string tmp = std::exchange(tmp_, std::string());
+  throw Error(c10::str(doing, " '", tmp, "' failed: ", std::strerror(error), " (removed; '", path_, "' is unchanged)"));
+}
+
+void FileReplacement::write(const void* data, size_t size) {
+  LT_INTERNAL_ASSERT(!tmp_.empty(), "FileReplacement::write after commit or failure");
+  if (!write_all(fd_, static_cast<const char*>(data), size)) fail("writing");
+  written_ += size;
+}
+
+void FileReplacement::commit() {
+  LT_INTERNAL_ASSERT(!tmp_.empty(), "FileReplacement::commit twice or after a failure");
   // On disk before the rename exposes it.
-  if (::fsync(fd) != 0) fail("syncing");
-  const int closed = ::close(fd);
-  fd = -1;
+  if (::fsync(fd_) != 0) fail("syncing");
+  const int closed = ::close(fd_);
+  fd_ = -1;
   if (closed != 0) fail("closing");
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("renaming");
+  if (std::rename(tmp_.c_str(), path_.c_str()) != 0) fail("renaming");
+  tmp_.clear();
   ++g_files_written;
+}
+
+void replace_file(const std::string& path, const char* data, size_t size) {
+  FileReplacement file(path);
+  file.write(data, size);
+  file.commit();
 }
 
 std::vector<std::string> remove_stale_temporaries(const std::string& dir) {

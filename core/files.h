@@ -21,6 +21,30 @@ inline void replace_file(const std::string& path, const std::string& text) {
   replace_file(path, text.data(), text.size());
 }
 
+// replace_file in pieces, for a file too big to hold whole (a checkpoint
+// streamed as it is serialized): the temporary file is made at construction,
+// write() appends, commit() syncs and renames it over `path`. Destroyed
+// before commit() (an error on the way), it removes the temporary file and
+// `path` is as it was. Errors throw lt::Error as replace_file's.
+class FileReplacement {
+ public:
+  explicit FileReplacement(std::string path);
+  ~FileReplacement();
+  FileReplacement(const FileReplacement&) = delete;
+  FileReplacement& operator=(const FileReplacement&) = delete;
+
+  void write(const void* data, size_t size);
+  void commit();
+  uint64_t bytes_written() const { return written_; }
+
+ private:
+  [[noreturn]] void fail(const char* doing);
+
+  std::string path_, tmp_;
+  int fd_ = -1;
+  uint64_t written_ = 0;
+};
+
 // Appends `text` to `path` (created if missing). On a failure the file is
 // cut back to its size before, so no partial line stays.
 void append_file(const std::string& path, const std::string& text);

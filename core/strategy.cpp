@@ -5,6 +5,7 @@
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/checkpoint_io.h>
 #include <lightning_cpp/core/lightning_module.h>
+#include <lightning_cpp/core/optimizer_state.h>
 
 namespace lt {
 
@@ -73,10 +74,11 @@ void Strategy::load_module_state(LightningModule& module, const c10::Dict<std::s
   load_module_state_dict(module, state);
 }
 
-torch::Tensor Strategy::optimizer_state(torch::optim::Optimizer& optimizer) { return optimizer_to_bytes(optimizer); }
+c10::IValue Strategy::optimizer_state(torch::optim::Optimizer& optimizer) { return optimizer_state_dict(optimizer); }
 
-void Strategy::load_optimizer_state(torch::optim::Optimizer& optimizer, const torch::Tensor& state) {
-  optimizer_from_bytes(optimizer, state);
+void Strategy::load_optimizer_state(torch::optim::Optimizer& optimizer, const c10::IValue& state,
+                                    const std::string& where) {
+  load_optimizer_state_dict(optimizer, state, where);
 }
 
 void Strategy::clip_gradients(torch::optim::Optimizer& optimizer, double clip_val, GradientClipAlgorithm algorithm) {

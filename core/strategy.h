@@ -177,9 +177,11 @@ class Strategy {
   // The module's whole state as a checkpoint holds it (consolidated where sharded).
   virtual c10::Dict<std::string, torch::Tensor> module_state(LightningModule& module);
   virtual void load_module_state(LightningModule& module, const c10::Dict<std::string, torch::Tensor>& state);
-  // An optimizer's whole state, serialized (consolidated where sharded).
-  virtual torch::Tensor optimizer_state(torch::optim::Optimizer& optimizer);
-  virtual void load_optimizer_state(torch::optim::Optimizer& optimizer, const torch::Tensor& state);
+  // An optimizer's whole state (consolidated where sharded), as
+  // core/optimizer_state.h lays it out.
+  virtual c10::IValue optimizer_state(torch::optim::Optimizer& optimizer);
+  virtual void load_optimizer_state(torch::optim::Optimizer& optimizer, const c10::IValue& state,
+                                    const std::string& where);
   // Clips the gradients of the optimizer's parameters: by their global norm
   // (over every rank's part) or by value. clip_val <= 0: nothing.
   virtual void clip_gradients(torch::optim::Optimizer& optimizer, double clip_val, GradientClipAlgorithm algorithm);

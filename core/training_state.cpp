@@ -51,7 +51,7 @@ StateDict restore_training_state(const c10::IValue& loaded, const std::string& p
     if (i == 0 && !raw.contains(key)) continue;  // weights-only checkpoints: the first optimizer starts afresh
     LT_CHECK_VALUE(raw.contains(key), "checkpoint '", path, "' holds no state for optimizer ", i, " (the module has ",
                    optim.optimizers.size(), " optimizers)");
-    strategy.load_optimizer_state(*optim.optimizers[i], raw.at(key).toTensor());
+    strategy.load_optimizer_state(*optim.optimizers[i], raw.at(key), c10::str("checkpoint '", path, "': ", key));
   }
   auto to_state = [](const c10::IValue& v) { return StateDict(v.toGenericDict()); };
   if (optim.lr_scheduler && raw.contains("lr_scheduler")) {

@@ -995,6 +995,26 @@ TEST_F(TrainerTest, Bf16MixedTracksFloat32) {
               mixed_loss, full_loss);
 }
 
+// bf16-mixed where the CPU multiplies bfloat16 slower than float32 (no
+// avx512_bf16 or amx_bf16: 0.07x the steps/s of 32-true on a Zen 3) warns
+// with the measured ratio, the CPU and the fix; where it is faster, nothing.
+TEST_F(TrainerTest, Bf16MixedWarnsWhereTheCpuMultipliesBf16Slowly) {
+  const lt::CpuInfo zen3{"AMD EPYC 7R13 48-Core Processor", {"avx2", "fma"}};
+  const std::string warning = lt::bf16_slow_warning(0.07, zen3);
+  for (const char* part : {"AMD EPYC 7R13", "at 0.07x the speed of float32", "it lacks avx512_bf16 or amx_bf16",
+                           "Use precision 32-true"}) {
+    EXPECT_NE(warning.find(part), std::string::npos) << part << " not in: " << warning;
+  }
+  EXPECT_EQ(lt::bf16_slow_warning(1.43, zen3), "");
+  // This machine: measured, and what its units predict.
+  const lt::CpuInfo& cpu = lt::cpu_info();
+  const double ratio = lt::bf16_matmul_speed_ratio();
+  std::printf("this CPU (%s): bfloat16 matmul at %.2fx float32's\n", cpu.model.c_str(), ratio);
+  ASSERT_TRUE(std::isfinite(ratio) && ratio > 0) << ratio;
+  if (cpu.has("avx512_bf16") || cpu.has("amx_bf16")) EXPECT_GT(ratio, 0.5) << "native bf16, yet slow";
+  if (cpu.known() && !cpu.has("avx512f")) EXPECT_LT(ratio, 0.5) << "no avx512 at all, yet bf16 is fast";
+}
+
 // precision="64-true": the module and the inputs in float64, equal to the
 // hand-written float64 loop.
 TEST_F(TrainerTest, SixtyFourTrueEqualsTheHandWrittenDoubleLoop) {

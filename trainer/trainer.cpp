@@ -6,6 +6,7 @@
 #include <optional>
 
 #include <lightning_cpp/core/blas.h>
+#include <lightning_cpp/core/cpu.h>
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/env.h>
 #include <lightning_cpp/core/rank_zero.h>
@@ -42,6 +43,7 @@ Trainer::Trainer(TrainerOptions options)
       prediction_loop_(std::make_shared<PredictionLoop>()) {
   options_.validate();
   warn_if_reference_blas();
+  warn_if_no_avx2();
   if (options_.deterministic()) {
     // As Lightning's Trainer(deterministic=True), with or without a seed:
     // an operation without a deterministic implementation raises.

@@ -29,6 +29,7 @@
 #include <lightning_cpp/lightning.h>
 
 #include "../machine_limit.h"
+#include "../memory.h"
 #include "../ranks.h"
 
 namespace {
@@ -42,15 +43,7 @@ struct Args {
   int reps = 2;
 };
 
-// kB of the process's resident set now (VmRSS) or at its peak (VmHWM).
-int64_t status_kb(const std::string& key) {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind(key + ":", 0) == 0) return std::atoll(line.c_str() + key.size() + 1);
-  }
-  return 0;
-}
+using lt::bench::status_kb;
 
 class StackNet : public lt::LightningModule {
  public:

@@ -1,10 +1,16 @@
 #include <lightning_cpp/plugins/precision/precision.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+
 #include <ATen/autocast_mode.h>
 #include <torch/cuda.h>
 #include <torch/nn/module.h>
 
 #include <lightning_cpp/core/check.h>
+#include <lightning_cpp/core/rank_zero.h>
 
 namespace lt {
 
@@ -53,6 +59,12 @@ std::shared_ptr<Precision> make_precision(const std::string& name, c10::DeviceTy
   if (name == "bf16-mixed") {
     LT_CHECK_VALUE(device == c10::kCPU, "trainer.precision bf16-mixed runs on the CPU here (CPU autocast); on ",
                    c10::DeviceTypeName(device), " it is not built yet");
+    static std::once_flag measured;
+    std::call_once(measured, [] {
+      if (const std::string warning = bf16_slow_warning(bf16_matmul_speed_ratio(), cpu_info()); !warning.empty()) {
+        rank_zero_warn(warning);
+      }
+    });
     return std::make_shared<BF16MixedPrecision>();
   }
   if (name == "16-mixed") {
@@ -64,6 +76,38 @@ std::shared_ptr<Precision> make_precision(const std::string& name, c10::DeviceTy
   }
   throw ValueError(c10::str("trainer.precision must be one of 32-true, 64-true, bf16-mixed, 16-mixed; got '", name,
                             "'"));
+}
+
+double bf16_matmul_speed_ratio() {
+  torch::NoGradGuard no_grad;
+  const torch::Tensor a = torch::rand({256, 256}), b = torch::rand({256, 256});
+  auto best_of_3 = [](const torch::Tensor& x, const torch::Tensor& y) {
+    (void)torch::mm(x, y);  // warm-up: first-call dispatch and allocations
+    double best = 1e30;
+    for (int i = 0; i < 3; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      (void)torch::mm(x, y);
+      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    return best;
+  };
+  const double f32 = best_of_3(a, b);
+  const double bf16 = best_of_3(a.to(torch::kBFloat16), b.to(torch::kBFloat16));
+  return f32 / bf16;
+}
+
+std::string bf16_slow_warning(double ratio, const CpuInfo& cpu) {
+  if (ratio >= 1.0) return "";
+  std::string units = "native bf16";
+  if (cpu.known()) units = cpu.has("avx512_bf16") || cpu.has("amx_bf16") ? "avx512_bf16 or amx_bf16 (it has one, yet "
+                                                                            "LibTorch does not use it fast)"
+                                                                          : "avx512_bf16 or amx_bf16";
+  char measured[32];
+  std::snprintf(measured, sizeof measured, "%.2fx", ratio);
+  return c10::str("precision bf16-mixed: this CPU (", cpu.model, ") multiplies bfloat16 matrices at ", measured,
+                  " the speed of float32 (measured now), so training runs slower than with 32-true, not faster; ",
+                  "it lacks ", units, ". Use precision 32-true here, or bf16-mixed on a CPU with avx512_bf16 or ",
+                  "amx_bf16 (Intel Cooper Lake, Sapphire Rapids, AMD Zen 4 and later)");
 }
 
 void DoublePrecision::convert_module(torch::nn::Module& module) const { module.to(torch::kFloat64); }

@@ -50,7 +50,7 @@ torch::Tensor optimizer_state_of(const std::string& path, const std::string& opt
   auto model = std::make_shared<JoinNet>();
   model->optim = optim;
   auto optimizer = model->configure_optimizers().optimizer;
-  lt::optimizer_from_bytes(*optimizer, lt::pickle_load_file(path).toGenericDict().at("optimizer").toTensor());
+  lt::load_optimizer_state_dict(*optimizer, lt::pickle_load_file(path).toGenericDict().at("optimizer"), path);
   std::vector<torch::Tensor> out;
   for (const auto& p : model->parameters()) {
     auto it = optimizer->state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));

@@ -6,6 +6,11 @@
   checkpoint_interop.py write <out_state> <out_io>
                                               build the reference net in PyTorch, torch.save its
                                               state_dict and {input, output} for the C++ side
+  checkpoint_interop.py step <ckpt> <io> <out>
+                                              load a checkpoint's weights and optimizer state into the
+                                              reference net and torch.optim.Adam, take one step on
+                                              <io>'s {input, target} (eval mode: no dropout) and
+                                              torch.save {"state_dict", "optimizer"} to <out>
 """
 import sys
 import torch
@@ -63,5 +68,31 @@ def write(state_path, io_path):
     torch.save({"input": x, "output": y}, io_path)
 
 
+def step(ckpt_path, io_path, out_path):
+    ckpt = torch.load(ckpt_path)
+    model = Reference()
+    model.load_state_dict(ckpt["state_dict"], strict=True)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1.0)
+    # PyTorch's layout, PyTorch's names: load_state_dict takes it as is.
+    optimizer.load_state_dict(ckpt["optimizer"])
+    group = optimizer.param_groups[0]
+    # Saved at the end of the second epoch under StepLR(step_size=1, gamma=0.7) from 0.01, as the C++
+    # Reference: one scheduler step taken, the epoch's own still pending (as Lightning saves it).
+    assert abs(group["lr"] - 0.01 * 0.7) < 1e-12, group["lr"]
+    assert group["betas"] == (0.9, 0.999) and group["eps"] == 1e-8 and group["amsgrad"] is False, group
+    assert len(optimizer.state) == len(list(model.parameters())), len(optimizer.state)
+    io = torch.load(io_path)
+    model.eval()
+    loss = nn.functional.mse_loss(model(io["input"]), io["target"])
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    state = optimizer.state_dict()
+    torch.save(state, out_path + ".list")
+    # LibTorch 1.13's unpickler cannot read a list of one element (pickle's APPEND): one group, as a tuple.
+    state["param_groups"] = tuple(state["param_groups"])
+    torch.save({"state_dict": dict(model.state_dict()), "optimizer": state}, out_path)
+
+
 if __name__ == "__main__":
-    {"read": read, "write": write}[sys.argv[1]](*sys.argv[2:])
+    {"read": read, "write": write, "step": step}[sys.argv[1]](*sys.argv[2:])

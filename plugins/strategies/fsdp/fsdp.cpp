@@ -6,6 +6,7 @@
 
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/checkpoint_io.h>
+#include <lightning_cpp/core/optimizer_state.h>
 #include <lightning_cpp/plugins/strategies/ddp/distributed_data_parallel.h>
 
 namespace lt {
@@ -48,10 +49,10 @@ Opt unsharded(const torch::optim::Optimizer& sharded, const FlatShard& flat) {
 }
 
 // Every rank's chunk of the sharded optimizer's state (one state per unit's
-// shard), gathered and cut back into the module's parameters: the archive of
-// the unsharded optimizer.
+// shard), gathered and cut back into the module's parameters: the state dict
+// of the unsharded optimizer (ddp's).
 template <typename Opt, typename Options, typename State>
-torch::Tensor consolidate(torch::optim::Optimizer& sharded, const FlatShard& flat) {
+c10::IValue consolidate(torch::optim::Optimizer& sharded, const FlatShard& flat) {
   Opt full = unsharded<Opt, Options>(sharded, flat);
   // Alike on every rank: the shards' states are made by the same steps.
   std::vector<const State*> chunks;
@@ -79,14 +80,15 @@ torch::Tensor consolidate(torch::optim::Optimizer& sharded, const FlatShard& fla
       full.state()[state_key(flat.parameters()[i])] = std::move(state);
     }
   }
-  return optimizer_to_bytes(full);
+  return optimizer_state_dict(full);
 }
 
-// The reverse: the unsharded optimizer's archive, this rank's chunk of it.
+// The reverse: the unsharded optimizer's state, this rank's chunk of it.
 template <typename Opt, typename Options, typename State>
-void reshard(torch::optim::Optimizer& sharded, const FlatShard& flat, const torch::Tensor& bytes) {
+void reshard(torch::optim::Optimizer& sharded, const FlatShard& flat, const c10::IValue& state,
+             const std::string& where) {
   Opt full = unsharded<Opt, Options>(sharded, flat);
-  optimizer_from_bytes(full, bytes);
+  load_optimizer_state_dict(full, state, where);
   sharded.param_groups()[0].set_options(full.param_groups()[0].options().clone());
   for (const auto& shard : flat.shards()) sharded.state().erase(state_key(shard));
   auto first = full.state().find(state_key(flat.parameters()[0]));
@@ -119,34 +121,32 @@ void reshard(torch::optim::Optimizer& sharded, const FlatShard& flat, const torc
 
 struct Consolidate {
   template <typename Opt, typename Options, typename State>
-  static torch::Tensor run(torch::optim::Optimizer& optimizer, const FlatShard& flat, const torch::Tensor& /*bytes*/) {
+  static c10::IValue run(torch::optim::Optimizer& optimizer, const FlatShard& flat) {
     return consolidate<Opt, Options, State>(optimizer, flat);
   }
 };
 struct Reshard {
   template <typename Opt, typename Options, typename State>
-  static torch::Tensor run(torch::optim::Optimizer& optimizer, const FlatShard& flat, const torch::Tensor& bytes) {
-    reshard<Opt, Options, State>(optimizer, flat, bytes);
+  static c10::IValue run(torch::optim::Optimizer& optimizer, const FlatShard& flat, const c10::IValue& state,
+                         const std::string& where) {
+    reshard<Opt, Options, State>(optimizer, flat, state, where);
     return {};
   }
 };
 
 // Step::run with the optimizer's type: SGD, Adam or AdamW (setup_optimizers lets no other through).
-template <typename Step>
-torch::Tensor with_optimizer_type(torch::optim::Optimizer& optimizer, const FlatShard& flat,
-                                  const torch::Tensor& bytes = {}) {
-  if (dynamic_cast<torch::optim::SGD*>(&optimizer) != nullptr) {
-    return Step::template run<torch::optim::SGD, torch::optim::SGDOptions, torch::optim::SGDParamState>(optimizer, flat,
-                                                                                                      bytes);
+template <typename Step, typename... Args>
+c10::IValue with_optimizer_type(torch::optim::Optimizer& optimizer, const FlatShard& flat, const Args&... args) {
+  namespace o = torch::optim;
+  if (dynamic_cast<o::SGD*>(&optimizer) != nullptr) {
+    return Step::template run<o::SGD, o::SGDOptions, o::SGDParamState>(optimizer, flat, args...);
   }
-  if (dynamic_cast<torch::optim::AdamW*>(&optimizer) != nullptr) {
-    return Step::template run<torch::optim::AdamW, torch::optim::AdamWOptions, torch::optim::AdamWParamState>(
-        optimizer, flat, bytes);
+  if (dynamic_cast<o::AdamW*>(&optimizer) != nullptr) {
+    return Step::template run<o::AdamW, o::AdamWOptions, o::AdamWParamState>(optimizer, flat, args...);
   }
-  LT_INTERNAL_ASSERT(dynamic_cast<torch::optim::Adam*>(&optimizer) != nullptr,
+  LT_INTERNAL_ASSERT(dynamic_cast<o::Adam*>(&optimizer) != nullptr,
                      "strategy fsdp: setup_optimizers let through an optimizer it cannot shard");
-  return Step::template run<torch::optim::Adam, torch::optim::AdamOptions, torch::optim::AdamParamState>(optimizer,
-                                                                                                      flat, bytes);
+  return Step::template run<o::Adam, o::AdamOptions, o::AdamParamState>(optimizer, flat, args...);
 }
 
 }  // namespace
@@ -255,17 +255,18 @@ void FSDPStrategy::on_train_end() {
   ParallelStrategy::on_train_end();
 }
 
-torch::Tensor FSDPStrategy::optimizer_state(torch::optim::Optimizer& optimizer) {
+c10::IValue FSDPStrategy::optimizer_state(torch::optim::Optimizer& optimizer) {
   FlatShard* flat = flat_shard();
   if (flat == nullptr) return ParallelStrategy::optimizer_state(optimizer);
   auto scope = watch("all_gather of the optimizer state (consolidated for a checkpoint)");
   return with_optimizer_type<Consolidate>(optimizer, *flat);
 }
 
-void FSDPStrategy::load_optimizer_state(torch::optim::Optimizer& optimizer, const torch::Tensor& state) {
+void FSDPStrategy::load_optimizer_state(torch::optim::Optimizer& optimizer, const c10::IValue& state,
+                                        const std::string& where) {
   FlatShard* flat = flat_shard();
-  if (flat == nullptr) return ParallelStrategy::load_optimizer_state(optimizer, state);
-  with_optimizer_type<Reshard>(optimizer, *flat, state);
+  if (flat == nullptr) return ParallelStrategy::load_optimizer_state(optimizer, state, where);
+  with_optimizer_type<Reshard>(optimizer, *flat, state, where);
 }
 
 void FSDPStrategy::clip_gradients(torch::optim::Optimizer& optimizer, double clip_val,

@@ -81,8 +81,9 @@ class FSDPStrategy : public ParallelStrategy {
   // FULL_SHARD: the module is whole after training.
   void on_train_end() override;
   // Sharded: consolidated into the unsharded optimizer's archive (a collective).
-  torch::Tensor optimizer_state(torch::optim::Optimizer& optimizer) override;
-  void load_optimizer_state(torch::optim::Optimizer& optimizer, const torch::Tensor& state) override;
+  c10::IValue optimizer_state(torch::optim::Optimizer& optimizer) override;
+  void load_optimizer_state(torch::optim::Optimizer& optimizer, const c10::IValue& state,
+                            const std::string& where) override;
   // Sharded: by the norm over every rank's chunk (a collective), or by value.
   void clip_gradients(torch::optim::Optimizer& optimizer, double clip_val, GradientClipAlgorithm algorithm) override;
   // Sharded: decided alike (the ranks' gradients differ before the reduction).

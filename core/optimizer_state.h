@@ -1,0 +1,31 @@
+#pragma once
+// An optimizer's state in a checkpoint, as PyTorch's optimizer.state_dict()
+// lays it out, so that Python's torch.optim reads it (load_state_dict) and a
+// checkpoint holds the optimizer's tensors themselves, not a serialized copy:
+//   {"state": {index: {"step": int, "exp_avg": tensor, ...}},
+//    "param_groups": [{"lr": float, "betas": (float, float), ..., "params": [index, ...]}]}
+// The index counts the parameters over the groups in order, as PyTorch's.
+// Names per optimizer (PyTorch's): SGD momentum_buffer; Adam and AdamW step,
+// exp_avg, exp_avg_sq, max_exp_avg_sq (amsgrad); RMSprop step, square_avg,
+// momentum_buffer, grad_avg; Adagrad step, sum; and their options.
+// Any other optimizer (LBFGS, a user's own) is kept as LibTorch's archive,
+// a uint8 tensor, which is also what checkpoints before this layout hold.
+
+#include <string>
+
+#include <torch/torch.h>
+
+namespace lt {
+
+// The state of `optimizer`: PyTorch's layout, or LibTorch's archive bytes.
+// The tensors are the optimizer's own (no copy): write it before the next step.
+c10::IValue optimizer_state_dict(torch::optim::Optimizer& optimizer);
+
+// Loads what optimizer_state_dict (or Python's optimizer.state_dict(), or a
+// checkpoint before this layout) holds. A mismatch (groups, parameters,
+// shapes, another optimizer's names) is a ValueError naming `where` (e.g.
+// "checkpoint 'last.ckpt': optimizer") and the entry; the optimizer is as it
+// was then.
+void load_optimizer_state_dict(torch::optim::Optimizer& optimizer, const c10::IValue& state, const std::string& where);
+
+}  // namespace lt
