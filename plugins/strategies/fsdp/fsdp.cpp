@@ -194,7 +194,7 @@ OptimizerConfig FSDPStrategy::setup_optimizers(LightningModule& module) {
                          dynamic_cast<torch::optim::AdamW*>(&optimizer) != nullptr;
   LT_CHECK_VALUE(supported, "strategy fsdp: ", sharding(), " shards the state of SGD, Adam and AdamW; ",
                  "configure_optimizers() returned another optimizer (use sharding_strategy NO_SHARD)");
-  LT_CHECK_VALUE(optimizer.param_groups().size() == 1, "strategy fsdp: ", sharding(), " steps one flat chunk, so the ",
+  LT_CHECK_VALUE(optimizer.param_groups().size() == 1, "strategy fsdp: ", sharding(), " steps its units' flat chunks, so the ",
                  "optimizer needs one parameter group; configure_optimizers() gave ", optimizer.param_groups().size(),
                  " (per-group options are not sharded yet: use sharding_strategy NO_SHARD)");
   std::unordered_set<const c10::TensorImpl*> trainable;

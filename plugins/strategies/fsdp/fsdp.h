@@ -70,7 +70,7 @@ class FSDPStrategy : public ParallelStrategy {
   FlatShard* flat_shard() const { return dynamic_cast<FlatShard*>(gradient_sync()); }
 
   // Sharded: one optimizer (SGD, Adam or AdamW, one parameter group over the
-  // module's trainable parameters), re-pointed at this rank's chunk.
+  // module's trainable parameters), re-pointed at this rank's chunks (one per unit).
   OptimizerConfig setup_optimizers(LightningModule& module) override;
   // FULL_SHARD: gathered for the call (a collective).
   c10::Dict<std::string, torch::Tensor> module_state(LightningModule& module) override;
