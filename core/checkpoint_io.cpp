@@ -304,7 +304,7 @@ c10::IValue pickle_load_file(const std::string& path) {
     try {
       value = torch::jit::readArchiveAndTensors("data", "", "", c10::nullopt, c10::nullopt, c10::nullopt, reader);
     } catch (const std::exception& e) {
-      if (!file->problem().empty()) throw;
+      if (!file->problem().empty()) file->corrupt(file->problem());  // a record failed its CRC-32
       // LibTorch 1.13's unpickler cannot read collections.OrderedDict (what
       // torch.save(model.state_dict()) writes); the marker is a hint, not
       // proof: every tensor torch.save writes names it too.

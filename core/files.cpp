@@ -80,7 +80,6 @@ void FileReplacement::fail(const char* doing) {
 void FileReplacement::write(const void* data, size_t size) {
   LT_INTERNAL_ASSERT(!tmp_.empty(), "FileReplacement::write after commit or failure");
   if (!write_all(fd_, static_cast<const char*>(data), size)) fail("writing");
-  written_ += size;
 }
 
 void FileReplacement::commit() {

@@ -35,14 +35,12 @@ class FileReplacement {
 
   void write(const void* data, size_t size);
   void commit();
-  uint64_t bytes_written() const { return written_; }
 
  private:
   [[noreturn]] void fail(const char* doing);
 
   std::string path_, tmp_;
   int fd_ = -1;
-  uint64_t written_ = 0;
 };
 
 // Appends `text` to `path` (created if missing). On a failure the file is

@@ -100,9 +100,6 @@ std::vector<c10::IValue> sequence(const c10::IValue& v) {
   return {};
 }
 
-// LibTorch's key of a parameter's state.
-std::string state_key(const torch::Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
-
 // Writes each visited field into a dict; an undefined tensor (no momentum,
 // no amsgrad) is left out, as PyTorch leaves it out.
 struct Put {
@@ -187,7 +184,7 @@ c10::IValue to_dict(Optimizer& optimizer) {
     visit(static_cast<Options&>(group.options()), Put{g});
     c10::List<int64_t> params;
     for (const auto& p : group.params()) {
-      auto it = optimizer.state().find(state_key(p));
+      auto it = optimizer.state().find(optimizer_state_key(p));
       if (it != optimizer.state().end()) {
         StateDict s = new_state_dict();
         visit(static_cast<State&>(*it->second), Put{s});
@@ -238,7 +235,7 @@ void from_dict(Optimizer& optimizer, const c10::impl::GenericDict& dict, const s
       const c10::IValue& id = params[j];
       auto it = id.isInt() ? state.find(id) : state.end();
       if (it == state.end()) {
-        stateless.push_back(state_key(p));
+        stateless.push_back(optimizer_state_key(p));
         continue;
       }
       const std::string entry = c10::str(where, ".state[", id, "]");
@@ -253,7 +250,7 @@ void from_dict(Optimizer& optimizer, const c10::impl::GenericDict& dict, const s
                        "', which this optimizer's state does not name (valid: ", c10::Join(", ", names),
                        "; the state of another optimizer?)");
       }
-      states.emplace_back(state_key(p), std::move(s));
+      states.emplace_back(optimizer_state_key(p), std::move(s));
     }
   }
   for (size_t i = 0; i < options.size(); ++i) optimizer.param_groups()[i].set_options(std::move(options[i]));
@@ -295,6 +292,10 @@ struct Load {
 };
 
 }  // namespace
+
+std::string optimizer_state_key(const torch::Tensor& parameter) {
+  return c10::guts::to_string(parameter.unsafeGetTensorImpl());
+}
 
 c10::IValue optimizer_state_dict(Optimizer& optimizer) {
   c10::IValue out;

@@ -13,7 +13,8 @@
 
 #include <string>
 
-#include <torch/torch.h>
+#include <ATen/core/ivalue.h>
+#include <torch/optim/optimizer.h>
 
 namespace lt {
 
@@ -27,5 +28,8 @@ c10::IValue optimizer_state_dict(torch::optim::Optimizer& optimizer);
 // "checkpoint 'last.ckpt': optimizer") and the entry; the optimizer is as it
 // was then.
 void load_optimizer_state_dict(torch::optim::Optimizer& optimizer, const c10::IValue& state, const std::string& where);
+
+// The key of a parameter's state in LibTorch's optimizer.state().
+std::string optimizer_state_key(const torch::Tensor& parameter);
 
 }  // namespace lt

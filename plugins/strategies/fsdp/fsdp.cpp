@@ -13,9 +13,6 @@ namespace lt {
 
 namespace {
 
-// LibTorch's key of a parameter's optimizer state.
-std::string state_key(const torch::Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
-
 // The tensors of one parameter's state in SGD, Adam and AdamW, in a fixed
 // order; an undefined one (SGD without momentum, Adam without amsgrad) is
 // undefined on every rank alike.
@@ -57,7 +54,7 @@ c10::IValue consolidate(torch::optim::Optimizer& sharded, const FlatShard& flat)
   // Alike on every rank: the shards' states are made by the same steps.
   std::vector<const State*> chunks;
   for (const auto& shard : flat.shards()) {
-    auto it = sharded.state().find(state_key(shard));
+    auto it = sharded.state().find(optimizer_state_key(shard));
     if (it != sharded.state().end()) chunks.push_back(static_cast<const State*>(it->second.get()));
   }
   if (chunks.size() == flat.shards().size()) {
@@ -77,7 +74,7 @@ c10::IValue consolidate(torch::optim::Optimizer& sharded, const FlatShard& flat)
       std::vector<torch::Tensor> tensors;
       for (const auto& slot : slots) tensors.push_back(slot[i]);
       set_state_tensors(*state, tensors);
-      full.state()[state_key(flat.parameters()[i])] = std::move(state);
+      full.state()[optimizer_state_key(flat.parameters()[i])] = std::move(state);
     }
   }
   return optimizer_state_dict(full);
@@ -90,15 +87,15 @@ void reshard(torch::optim::Optimizer& sharded, const FlatShard& flat, const c10:
   Opt full = unsharded<Opt, Options>(sharded, flat);
   load_optimizer_state_dict(full, state, where);
   sharded.param_groups()[0].set_options(full.param_groups()[0].options().clone());
-  for (const auto& shard : flat.shards()) sharded.state().erase(state_key(shard));
-  auto first = full.state().find(state_key(flat.parameters()[0]));
+  for (const auto& shard : flat.shards()) sharded.state().erase(optimizer_state_key(shard));
+  auto first = full.state().find(optimizer_state_key(flat.parameters()[0]));
   if (first == full.state().end()) return;  // saved before the first step
   const size_t slots = state_tensors(static_cast<const State&>(*first->second)).size();
   std::vector<torch::Tensor> chunks;  // [slot]: this rank's S elements
   for (size_t j = 0; j < slots; ++j) {
     std::vector<torch::Tensor> whole;
     for (size_t i = 0; i < flat.parameters().size(); ++i) {
-      auto it = full.state().find(state_key(flat.parameters()[i]));
+      auto it = full.state().find(optimizer_state_key(flat.parameters()[i]));
       LT_CHECK_VALUE(it != full.state().end(), "strategy fsdp: the optimizer state to load has no state for parameter ",
                      i, " of ", flat.parameters().size(), " (a checkpoint of another model or optimizer?)");
       whole.push_back(state_tensors(static_cast<const State&>(*it->second))[j]);
@@ -115,7 +112,7 @@ void reshard(torch::optim::Optimizer& sharded, const FlatShard& flat, const c10:
     auto state = std::make_unique<State>();
     set_state_step(*state, state_step(static_cast<const State&>(*first->second)));
     set_state_tensors(*state, tensors);
-    sharded.state()[state_key(shard)] = std::move(state);
+    sharded.state()[optimizer_state_key(shard)] = std::move(state);
   }
 }
 
