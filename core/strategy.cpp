@@ -4,6 +4,7 @@
 
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/checkpoint_io.h>
+#include <lightning_cpp/core/fused_optimizer.h>
 #include <lightning_cpp/core/lightning_module.h>
 #include <lightning_cpp/core/optimizer_state.h>
 
@@ -32,7 +33,7 @@ void Strategy::backward(const torch::Tensor& loss, LightningModule& /*module*/) 
 
 void Strategy::optimizer_step(torch::optim::Optimizer& optimizer) {
   release_gradients();
-  optimizer.step();
+  step_optimizer(optimizer);  // optimizer.step(), fused where it can be (bitwise the same)
   after_optimizer_step();
 }
 
