@@ -14,12 +14,14 @@
 
 #include <torch/torch.h>
 
+#include <lightning_cpp/core/blas.h>
 #include <lightning_cpp/core/cpu.h>
 
 namespace lt::bench {
 
-// The CPU as /proc/cpuinfo names it, its cores, and the vector units that
-// decide a step's speed: "AMD EPYC 9R14 (2 cores; avx2 avx512f avx512_bf16)".
+// The CPU as /proc/cpuinfo names it, its cores, the vector units that decide
+// a step's speed and the kernels OpenBLAS chose:
+// "AMD EPYC 9R14 (2 cores; avx2 fma avx512f avx512_bf16; OpenBLAS Zen kernels)".
 inline std::string machine() {
   const lt::CpuInfo& cpu = lt::cpu_info();
   std::string units;
@@ -27,8 +29,10 @@ inline std::string machine() {
     if (cpu.has(f)) units += (units.empty() ? "" : " ") + std::string(f);
   }
   std::ostringstream out;
-  out << cpu.model << " (" << ::sysconf(_SC_NPROCESSORS_ONLN) << " cores; " << (units.empty() ? "no avx2" : units)
-      << ")";
+  out << cpu.model << " (" << ::sysconf(_SC_NPROCESSORS_ONLN) << " cores; " << (units.empty() ? "no avx2" : units);
+  const lt::BlasInfo blas = lt::blas_info();
+  if (!blas.openblas_core.empty()) out << "; OpenBLAS " << blas.openblas_core << " kernels";
+  out << ")";
   return out.str();
 }
 

@@ -7,6 +7,8 @@
 
 #include <string>
 
+#include <lightning_cpp/core/cpu.h>
+
 namespace lt {
 
 struct BlasInfo {
@@ -15,13 +17,25 @@ struct BlasInfo {
   std::string library;
   // OpenBLAS's build description (openblas_get_config), when it is OpenBLAS.
   std::string openblas_config;
+  // The kernels OpenBLAS chose for this CPU (openblas_get_corename:
+  // "Haswell", "SkylakeX", "Zen", "Prescott", ...), when it is OpenBLAS.
+  std::string openblas_core;
   // Debian's reference BLAS (netlib's Fortran, in .../blas/libblas.so.3).
   bool reference = false;
 };
 
 BlasInfo blas_info();
 
-// Warns once per process, on rank 0, when blas_info() is the reference BLAS.
-void warn_if_reference_blas();
+// The OPENBLAS_CORETYPE that would give this CPU OpenBLAS's AVX2 kernels
+// where OpenBLAS chose older ones ("SkylakeX" or "Haswell"), else empty.
+// OpenBLAS 0.3.21 (Debian 12) picks its kernels by the CPU's model number and
+// falls back to Prescott's (SSE3) for a model it does not know, as a cloud
+// VM's generic "Intel Xeon Processor": sgemm ran 34 GFLOP/s there, 169 with
+// OPENBLAS_CORETYPE=SkylakeX (docs/benchmarks.md, "Which BLAS").
+std::string openblas_coretype_advice(const BlasInfo& blas, const CpuInfo& cpu);
+
+// Warns once per process, on rank 0, when blas_info() is the reference BLAS
+// or OpenBLAS runs kernels older than the CPU (openblas_coretype_advice).
+void warn_if_slow_blas();
 
 }  // namespace lt

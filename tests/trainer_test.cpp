@@ -675,13 +675,14 @@ TEST(BlasChild, ConstructsTrainersAndTellsTheBlas) {
   lt::Trainer first;
   lt::Trainer second;
   const lt::BlasInfo info = lt::blas_info();
-  std::printf("blas_info: %s reference=%d openblas=%d\n", info.library.c_str(), info.reference,
-              !info.openblas_config.empty());
+  std::printf("blas_info: %s reference=%d openblas=%d core=%s\n", info.library.c_str(), info.reference,
+              !info.openblas_config.empty(), info.openblas_core.c_str());
 }
 
-// What a process under `libblas_dir`/libblas.so.3 prints (stdout and stderr).
-std::string run_under_blas(const std::filesystem::path& libblas_dir) {
-  const std::string command = "LT_BLAS_CHILD=1 LD_LIBRARY_PATH=" + libblas_dir.string() +
+// What a process under `libblas_dir`/libblas.so.3 prints (stdout and stderr),
+// with `environment` ("NAME=value ...") added.
+std::string run_under_blas(const std::filesystem::path& libblas_dir, const std::string& environment = "") {
+  const std::string command = environment + " LT_BLAS_CHILD=1 LD_LIBRARY_PATH=" + libblas_dir.string() +
                               " /proc/" + std::to_string(::getpid()) + "/exe --gtest_filter=BlasChild.* 2>&1";
   std::string out;
   FILE* pipe = ::popen(command.c_str(), "r");
@@ -720,6 +721,28 @@ TEST(Blas, TheReferenceBlasIsWarnedAboutOnce) {
                               .string() + " reference=0 openblas=1"),
             std::string::npos)
       << openblas;
+}
+
+// OpenBLAS on kernels older than the CPU (as it falls back to Prescott's on a
+// CPU model it does not know): a Trainer warns once with the OPENBLAS_CORETYPE
+// to set; on the kernels it names, it says nothing.
+TEST(Blas, OpenBlasOnKernelsOlderThanTheCpuIsWarnedAbout) {
+  const lt::CpuInfo& cpu = lt::cpu_info();
+  if (!cpu.has("avx2") || !cpu.has("fma")) GTEST_SKIP() << "needs a CPU with AVX2 and FMA";
+  std::filesystem::path lib;
+  for (const auto& entry : std::filesystem::directory_iterator("/usr/lib")) {
+    if (std::filesystem::exists(entry.path() / "openblas-openmp" / "libblas.so.3")) lib = entry.path();
+  }
+  if (lib.empty()) GTEST_SKIP() << "needs OpenBLAS (libopenblas0-openmp) installed";
+  const std::string coretype = lt::openblas_coretype_advice(lt::BlasInfo{"", "", "Prescott"}, cpu);
+  ASSERT_TRUE(coretype == "SkylakeX" || coretype == "Haswell") << coretype;
+  const std::string old = run_under_blas(lib / "openblas-openmp", "OPENBLAS_CORETYPE=Prescott");
+  EXPECT_NE(old.find("core=Prescott"), std::string::npos) << old;
+  EXPECT_EQ(count(old, "lightning-cpp warning: OpenBLAS does not know this CPU"), 1u) << old;
+  EXPECT_NE(old.find("export OPENBLAS_CORETYPE=" + coretype), std::string::npos) << old;
+  const std::string advised = run_under_blas(lib / "openblas-openmp", "OPENBLAS_CORETYPE=" + coretype);
+  EXPECT_NE(advised.find("core=" + coretype), std::string::npos) << advised;
+  EXPECT_EQ(advised.find("OpenBLAS does not know"), std::string::npos) << advised;
 }
 
 

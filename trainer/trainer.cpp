@@ -42,7 +42,7 @@ Trainer::Trainer(TrainerOptions options)
       evaluation_loop_(std::make_shared<EvaluationLoop>()),
       prediction_loop_(std::make_shared<PredictionLoop>()) {
   options_.validate();
-  warn_if_reference_blas();
+  warn_if_slow_blas();
   warn_if_no_avx2();
   if (options_.deterministic()) {
     // As Lightning's Trainer(deterministic=True), with or without a seed:
