@@ -204,6 +204,9 @@ TEST(FashionMnist, RealFilesHaveTheExpectedShapesAndLabels) {
   auto raw = lt::read_idx_file(std::string(lt::kFashionMnistDir) + "/train-images-idx3-ubyte.gz");
   EXPECT_EQ(raw.sizes(), (std::vector<int64_t>{60000, 28, 28}));
   EXPECT_EQ(raw.scalar_type(), torch::kUInt8);
+  // Normalized in place, to bitwise the values of the plain expression.
+  auto raw_test = lt::read_idx_file(std::string(lt::kFashionMnistDir) + "/t10k-images-idx3-ubyte.gz");
+  EXPECT_TRUE(test.images.squeeze(1).equal((raw_test.to(torch::kFloat32) / 255.0 - 0.2860) / 0.3530));
 }
 
 TEST(FashionMnist, MissingFileNamesThePathAndThePackage) {
@@ -227,6 +230,17 @@ TEST(FashionMnist, TruncatedAndMalformedFilesAreClearErrors) {
   write_bytes(dir.path / "magic.idx", {0x1f, 0x00, 0x08, 0x01, 0, 0, 0, 0});
   msg = error_of([&] { lt::read_idx_file((dir.path / "magic.idx").string()); });
   EXPECT_NE(msg.find("bad magic number"), std::string::npos) << msg;
+
+  // A header announcing far more than the file can hold is refused before anything is allocated for it.
+  write_bytes(dir.path / "huge.idx", {0, 0, 8, 3, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff});
+  msg = error_of([&] { lt::read_idx_file((dir.path / "huge.idx").string()); });
+  EXPECT_NE(msg.find("more data than a file of 16 bytes can hold"), std::string::npos) << msg;
+
+  // Data after what the header announces.
+  std::vector<uint8_t> trailing = {0, 0, 8, 1, 0, 0, 0, 2, 5, 6, 7};
+  write_bytes(dir.path / "long.idx", trailing);
+  msg = error_of([&] { lt::read_idx_file((dir.path / "long.idx").string()); });
+  EXPECT_NE(msg.find("header says 2 bytes of data, file has 3"), std::string::npos) << msg;
 
   // A gzip stream cut in the middle.
   std::vector<uint8_t> payload(4096);
