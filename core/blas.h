@@ -26,12 +26,14 @@ struct BlasInfo {
 
 BlasInfo blas_info();
 
-// The OPENBLAS_CORETYPE that would give this CPU OpenBLAS's AVX2 kernels
+// The OPENBLAS_CORETYPE that would give this CPU OpenBLAS's best kernels
 // where OpenBLAS chose older ones ("SkylakeX" or "Haswell"), else empty.
-// OpenBLAS 0.3.21 (Debian 12) picks its kernels by the CPU's model number and
+// OpenBLAS 0.3.21 (Debian 12) picks its kernels by the CPU's model number: it
 // falls back to Prescott's (SSE3) for a model it does not know, as a cloud
-// VM's generic "Intel Xeon Processor": sgemm ran 34 GFLOP/s there, 169 with
-// OPENBLAS_CORETYPE=SkylakeX (docs/benchmarks.md, "Which BLAS").
+// VM's generic "Intel Xeon Processor" (sgemm 34 GFLOP/s there, 169 with
+// OPENBLAS_CORETYPE=SkylakeX), and gives AMD's AVX-512 CPUs its AVX2 kernels
+// (an AMD EPYC of family 26: 91 GFLOP/s, 171 with SkylakeX's), as later
+// OpenBLAS releases no longer do (docs/benchmarks.md, "Which BLAS").
 std::string openblas_coretype_advice(const BlasInfo& blas, const CpuInfo& cpu);
 
 // Warns once per process, on rank 0, when blas_info() is the reference BLAS

@@ -745,7 +745,25 @@ TEST(Blas, OpenBlasOnKernelsOlderThanTheCpuIsWarnedAbout) {
   EXPECT_EQ(advised.find("OpenBLAS does not know"), std::string::npos) << advised;
 }
 
-
+// The advice by kernels and CPU, whatever this machine is.
+TEST(Blas, TheCoreTypeAdviceFollowsTheCpusVectorUnits) {
+  const lt::CpuInfo avx2{"an AVX2 CPU", {"avx2", "fma"}};
+  const lt::CpuInfo avx512{"an AVX-512 CPU", {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq"}};
+  const lt::CpuInfo old{"an SSE CPU", {"sse3"}};
+  const auto advice = [](const char* core, const lt::CpuInfo& cpu) {
+    return lt::openblas_coretype_advice(lt::BlasInfo{"libopenblas.so.0", "", core}, cpu);
+  };
+  EXPECT_EQ(advice("Prescott", avx2), "Haswell");
+  EXPECT_EQ(advice("Haswell", avx2), "");
+  EXPECT_EQ(advice("Zen", avx2), "");
+  EXPECT_EQ(advice("Prescott", avx512), "SkylakeX");
+  EXPECT_EQ(advice("Haswell", avx512), "SkylakeX");  // an AMD EPYC of family 26: sgemm 91 -> 171 GFLOP/s
+  EXPECT_EQ(advice("Zen", avx512), "SkylakeX");
+  EXPECT_EQ(advice("SkylakeX", avx512), "");
+  EXPECT_EQ(advice("Cooperlake", avx512), "");
+  EXPECT_EQ(advice("Prescott", old), "");   // nothing better to run
+  EXPECT_EQ(lt::openblas_coretype_advice(lt::BlasInfo{"/usr/lib/libblas.so.3", "", ""}, avx512), "");  // not OpenBLAS
+}
 
 }  // namespace
 
@@ -818,8 +836,12 @@ TEST_F(TrainerTest, OverfitBatchesTrainsOnTheSameFirstBatchesInOrder) {
   ASSERT_EQ(model->seen.size(), 9u);
   for (size_t i = 0; i < 9; ++i) EXPECT_EQ(model->seen[i], first[i % 3]) << "batch " << i;
   EXPECT_EQ(model->validation_steps, 9) << "3 validation batches per epoch";
-  ASSERT_FALSE(warnings.empty());
-  EXPECT_NE(warnings[0].find("We are turning off the training dataloader shuffling for you."), std::string::npos);
+  EXPECT_EQ(std::count_if(warnings.begin(), warnings.end(),
+                          [](const std::string& w) {
+                            return w.find("We are turning off the training dataloader shuffling for you.") !=
+                                   std::string::npos;
+                          }),
+            1);
 }
 
 }  // namespace
