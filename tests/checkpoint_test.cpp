@@ -16,6 +16,7 @@
 #include <utility>
 
 #include <gtest/gtest.h>
+#include <torch/csrc/jit/serialization/pickle.h>
 
 #include <lightning_cpp/callbacks/model_checkpoint.h>
 #include <lightning_cpp/core/check.h>
@@ -551,6 +552,39 @@ TEST_F(CheckpointTest, CorruptAndForeignFilesGiveClearErrors) {
   int n = 0;
   for (const auto& e : fs::directory_iterator(dir_)) n += e.path().filename().string().find(".tmp.") != std::string::npos;
   EXPECT_EQ(n, 0);
+}
+
+// A save writes the bytes LibTorch's own writer writes (torch::pickle_save:
+// PyTorchStreamWriter over miniz), for values with no tensor, many tensors,
+// storages shared by views, odd sizes, integer and bool dtypes; an empty
+// storage goes through LibTorch's writer, the same bytes again.
+TEST_F(CheckpointTest, ASaveWritesTheBytesOfLibTorchsWriter) {
+  torch::manual_seed(3);
+  c10::Dict<std::string, torch::Tensor> many;
+  for (int i = 0; i < 40; ++i) many.insert("w" + std::to_string(i), torch::randn({i * 7 + 1}));
+  const torch::Tensor base = torch::arange(100, torch::kFloat32);
+  c10::Dict<std::string, torch::Tensor> views;
+  views.insert("a", base.slice(0, 10, 30));
+  views.insert("b", base.view({10, 10}).t());
+  views.insert("c", torch::randint(0, 1000, {33}, torch::kLong));
+  views.insert("d", torch::rand({17}) > 0.5);
+  c10::impl::GenericDict nested(c10::StringType::get(), c10::AnyType::get());
+  nested.insert("state_dict", many);
+  nested.insert("epoch", int64_t{3});
+  nested.insert("name", std::string(300, 'x'));
+  c10::Dict<std::string, torch::Tensor> empty;
+  empty.insert("e", torch::empty({0}));
+  empty.insert("f", torch::ones({3}));
+  const std::vector<c10::IValue> values = {c10::IValue(int64_t{1}), c10::IValue(many), c10::IValue(views),
+                                           c10::IValue(nested), c10::IValue(empty)};
+  for (size_t i = 0; i < values.size(); ++i) {
+    const std::string path = (dir_ / ("bytes" + std::to_string(i) + ".pt")).string();
+    lt::atomic_pickle_save(values[i], path);
+    std::ifstream in(path, std::ios::binary);
+    const std::string ours((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::vector<char> theirs = torch::pickle_save(values[i]);
+    EXPECT_EQ(ours, std::string(theirs.begin(), theirs.end())) << "value " << i;
+  }
 }
 
 // -- hostile file systems (hardening) ---------------------------------------------
