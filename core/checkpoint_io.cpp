@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -82,8 +83,8 @@ void put64(std::string& out, uint64_t v) {
 // 64-byte aligned by an "FB" extra field, its CRC-32 and sizes in a data
 // descriptor after the data; then the central directory and the zip64 end
 // records miniz always adds. The CRC is zlib's (5.9 GB/s on the machine of
-// docs/benchmarks.md, where LibTorch's own made a save 1.5x slower), taken
-// piece by piece just before each piece is written, while it is in cache.
+// docs/benchmarks.md), taken on a second thread while a large record is
+// written, else piece by piece just before each piece is written.
 class StoredZipWriter {
  public:
   using Sink = std::function<void(const void*, size_t)>;
@@ -120,13 +121,17 @@ class StoredZipWriter {
     put16(header, static_cast<uint16_t>(padding));
     header.append(padding, 'Z');
     emit(header.data(), header.size());
+    // A large record's CRC on a second thread, while this one writes it.
+    std::future<uLong> crc_of_all;
+    if (size >= kOverlapFrom) crc_of_all = std::async(std::launch::async, [=] { return crc_of(data, size); });
     uLong crc = crc32(0, nullptr, 0);
     for (size_t done = 0; done < size;) {
       const size_t piece = std::min<size_t>(size - done, size_t{1} << 20);
-      crc = crc32(crc, reinterpret_cast<const Bytef*>(data + done), static_cast<uInt>(piece));
+      if (!crc_of_all.valid()) crc = crc_of(data + done, piece, crc);
       emit(data + done, piece);
       done += piece;
     }
+    if (crc_of_all.valid()) crc = crc_of_all.get();
     std::string descriptor;
     put32(descriptor, 0x08074b50);
     put32(descriptor, static_cast<uint32_t>(crc));
@@ -183,6 +188,17 @@ class StoredZipWriter {
  private:
   static constexpr uint16_t kFlags = 0x0808;
   static constexpr uint64_t kLocalHeader = 30, kDescriptor = 16, kCentralHeader = 46, kEndRecords = 56 + 20 + 22;
+
+  static constexpr size_t kOverlapFrom = size_t{8} << 20;
+
+  static uLong crc_of(const char* data, size_t size, uLong crc = crc32(0, nullptr, 0)) {
+    for (size_t done = 0; done < size;) {
+      const auto piece = static_cast<uInt>(std::min<size_t>(size - done, size_t{1} << 30));
+      crc = crc32(crc, reinterpret_cast<const Bytef*>(data + done), piece);
+      done += piece;
+    }
+    return crc;
+  }
 
   // A local header with its name and "FB" extra field, ending where the data
   // is 64-byte aligned (caffe2::serialize::getPadding without zip64).

@@ -556,7 +556,7 @@ TEST_F(CheckpointTest, CorruptAndForeignFilesGiveClearErrors) {
 
 // A save writes the bytes LibTorch's own writer writes (torch::pickle_save:
 // PyTorchStreamWriter over miniz), for values with no tensor, many tensors,
-// storages shared by views, odd sizes, integer and bool dtypes; an empty
+// storages shared by views, odd sizes, integer and bool dtypes, a large one; an empty
 // storage goes through LibTorch's writer, the same bytes again.
 TEST_F(CheckpointTest, ASaveWritesTheBytesOfLibTorchsWriter) {
   torch::manual_seed(3);
@@ -568,6 +568,7 @@ TEST_F(CheckpointTest, ASaveWritesTheBytesOfLibTorchsWriter) {
   views.insert("b", base.view({10, 10}).t());
   views.insert("c", torch::randint(0, 1000, {33}, torch::kLong));
   views.insert("d", torch::rand({17}) > 0.5);
+  views.insert("large", torch::randn({3 << 20}));  // 12 MiB: its CRC taken on a second thread
   c10::impl::GenericDict nested(c10::StringType::get(), c10::AnyType::get());
   nested.insert("state_dict", many);
   nested.insert("epoch", int64_t{3});

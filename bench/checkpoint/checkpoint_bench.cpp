@@ -50,14 +50,15 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// Seconds to replace `path` with `bytes` bytes from memory (64 MB written
-// again and again) as a checkpoint's save does (core/files.h: a temporary
-// file, fsync, rename), then removes it: this disk's speed, as a save meets it.
+// Seconds to replace a file of `bytes` bytes at `path` with as many bytes
+// from memory (64 MB written again and again) as a checkpoint's save does
+// (core/files.h: a temporary file, fsync, rename over the last one, which the
+// saves here and torch.save's replace too), then removes it: this disk's
+// speed, as a save meets it.
 double disk_write_seconds(const std::string& path, int64_t bytes) {
   std::vector<char> block(64 << 20);
   for (size_t i = 0; i < block.size(); ++i) block[i] = static_cast<char>(i * 2654435761u >> 13);
-  const auto start = Clock::now();
-  {
+  const auto write = [&] {
     lt::FileReplacement file(path);
     for (int64_t done = 0; done < bytes;) {
       const auto n = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(block.size()), bytes - done));
@@ -65,7 +66,10 @@ double disk_write_seconds(const std::string& path, int64_t bytes) {
       done += static_cast<int64_t>(n);
     }
     file.commit();
-  }
+  };
+  write();  // the file it replaces
+  const auto start = Clock::now();
+  write();
   const double seconds = seconds_since(start);
   std::filesystem::remove(path);
   return seconds;
