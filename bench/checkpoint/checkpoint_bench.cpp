@@ -271,8 +271,8 @@ int main(int argc, char** argv) {
   const auto mb = [](double bytes) { return bytes / 1e6; };
   // The disk as the streamed saves met it: a plain write of as many bytes beside each.
   const double disk_mbs = mb(static_cast<double>(best["save"].bytes)) / best["save"].disk_seconds;
-  std::printf("checkpoint %.0f MB; this disk takes %.0f MB/s (a plain write of as many bytes, fsync'ed and renamed, "
-              "beside each save)\n",
+  std::printf("checkpoint %.0f MB; this disk takes %.0f MB/s (as many bytes from memory replacing a file as large, "
+              "fsync'ed and renamed, beside each save)\n",
               mb(static_cast<double>(best["save"].bytes)), disk_mbs);
   std::printf("%-16s %12s %12s %9s %9s %10s %9s %8s\n", "", "peak before", "peak after", "added", "ratio", "seconds",
               "MB/s", "/ disk");
