@@ -27,6 +27,7 @@
 #include <lightning_cpp/core/checkpoint_io.h>
 #include <lightning_cpp/core/cpu.h>
 #include <lightning_cpp/core/data_module.h>
+#include <lightning_cpp/core/fused_optimizer.h>
 #include <lightning_cpp/core/lightning_module.h>
 #include <lightning_cpp/core/optimizer_state.h>
 #include <lightning_cpp/core/rank_zero.h>
