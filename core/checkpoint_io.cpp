@@ -65,6 +65,10 @@ void load_module_state_dict(torch::nn::Module& module, const c10::Dict<std::stri
 
 namespace {
 
+// The zip records' signatures.
+constexpr uint32_t kLocalHeader = 0x04034b50, kDataDescriptor = 0x08074b50, kDirectoryEntry = 0x02014b50,
+                   kDirectoryEnd = 0x06054b50, kZip64End = 0x06064b50, kZip64Locator = 0x07064b50;
+
 void put16(std::string& out, uint16_t v) {
   out.push_back(static_cast<char>(v & 0xff));
   out.push_back(static_cast<char>(v >> 8));
@@ -98,23 +102,23 @@ class StoredZipWriter {
     for (const auto& [name, size] : records) {
       const size_t full = archive.size() + 1 + name.size();
       if (size == 0) return false;
-      cursor += header_size(cursor, full) + size + kDescriptor;
-      directory += kCentralHeader + full;
+      cursor += header_size(cursor, full) + size + kDescriptorSize;
+      directory += kEntrySize + full;
     }
-    return records.size() < 0xffff && cursor + directory + kEndRecords < 0xffffffffULL;
+    return records.size() < 0xffff && cursor + directory + kEndSize < 0xffffffffULL;
   }
 
   void record(const std::string& name, const char* data, size_t size) {
     const std::string full = prefix_ + name;
     const uint64_t offset = cursor_;
     std::string header;
-    put32(header, 0x04034b50);
+    put32(header, kLocalHeader);
     put16(header, 0);       // version needed
     put16(header, kFlags);  // data descriptor follows; UTF-8 name
     for (int i = 0; i < 3; ++i) put16(header, 0);  // stored; time; date
     for (int i = 0; i < 3; ++i) put32(header, 0);  // CRC and sizes: in the descriptor
     put16(header, static_cast<uint16_t>(full.size()));
-    const size_t padding = header_size(cursor_, full.size()) - kLocalHeader - full.size() - 4;
+    const size_t padding = header_size(cursor_, full.size()) - kLocalHeaderSize - full.size() - 4;
     put16(header, static_cast<uint16_t>(padding + 4));
     header += full;
     header += "FB";
@@ -133,7 +137,7 @@ class StoredZipWriter {
     }
     if (crc_of_all.valid()) crc = crc_of_all.get();
     std::string descriptor;
-    put32(descriptor, 0x08074b50);
+    put32(descriptor, kDataDescriptor);
     put32(descriptor, static_cast<uint32_t>(crc));
     put32(descriptor, static_cast<uint32_t>(size));
     put32(descriptor, static_cast<uint32_t>(size));
@@ -145,7 +149,7 @@ class StoredZipWriter {
     const uint64_t directory_offset = cursor_;
     std::string tail;
     for (const Written& w : written_) {
-      put32(tail, 0x02014b50);
+      put32(tail, kDirectoryEntry);
       put16(tail, 0);  // version made by
       put16(tail, 0);  // version needed
       put16(tail, kFlags);
@@ -160,7 +164,7 @@ class StoredZipWriter {
       tail += w.name;
     }
     const uint64_t directory_size = tail.size(), end_offset = directory_offset + directory_size;
-    put32(tail, 0x06064b50);  // zip64 end of central directory
+    put32(tail, kZip64End);
     put64(tail, 44);
     put16(tail, 0x031e);  // made by: Unix, 3.0
     put16(tail, 45);      // needed: zip64
@@ -170,11 +174,11 @@ class StoredZipWriter {
     put64(tail, written_.size());
     put64(tail, directory_size);
     put64(tail, directory_offset);
-    put32(tail, 0x07064b50);  // its locator
+    put32(tail, kZip64Locator);
     put32(tail, 0);
     put64(tail, end_offset);
     put32(tail, 1);
-    put32(tail, 0x06054b50);  // end of central directory
+    put32(tail, kDirectoryEnd);
     put16(tail, 0);
     put16(tail, 0);
     put16(tail, static_cast<uint16_t>(written_.size()));
@@ -187,7 +191,7 @@ class StoredZipWriter {
 
  private:
   static constexpr uint16_t kFlags = 0x0808;
-  static constexpr uint64_t kLocalHeader = 30, kDescriptor = 16, kCentralHeader = 46, kEndRecords = 56 + 20 + 22;
+  static constexpr uint64_t kLocalHeaderSize = 30, kDescriptorSize = 16, kEntrySize = 46, kEndSize = 56 + 20 + 22;
 
   static constexpr size_t kOverlapFrom = size_t{8} << 20;
 
@@ -204,7 +208,7 @@ class StoredZipWriter {
   // is 64-byte aligned (caffe2::serialize::getPadding without zip64).
   static uint64_t header_size(uint64_t cursor, size_t name_size) {
     constexpr uint64_t kAlignment = caffe2::serialize::detail::kFieldAlignment;
-    const uint64_t start = cursor + kLocalHeader + name_size + 4;
+    const uint64_t start = cursor + kLocalHeaderSize + name_size + 4;
     return start - cursor + (kAlignment - start % kAlignment) % kAlignment;
   }
 
@@ -299,8 +303,6 @@ uint16_t le16(const unsigned char* p) { return static_cast<uint16_t>(p[0] | p[1]
 uint32_t le32(const unsigned char* p) { return static_cast<uint32_t>(le16(p)) | static_cast<uint32_t>(le16(p + 2)) << 16; }
 uint64_t le64(const unsigned char* p) { return static_cast<uint64_t>(le32(p)) | static_cast<uint64_t>(le32(p + 4)) << 32; }
 
-constexpr uint32_t kLocalHeader = 0x04034b50, kDirectoryEntry = 0x02014b50, kDirectoryEnd = 0x06054b50,
-                   kZip64End = 0x06064b50, kZip64Locator = 0x07064b50;
 
 // A checkpoint file read in place: the zip archive torch.save and
 // lightning-cpp write (records stored, not compressed), its directory
