@@ -1,7 +1,12 @@
 #include <lightning_cpp/plugins/strategies/parallel.h>
 
+#include <sched.h>
+
+#include <algorithm>
 #include <csignal>
 #include <cstring>
+
+#include <ATen/Parallel.h>
 
 #include <lightning_cpp/core/callback.h>
 #include <lightning_cpp/core/check.h>
@@ -17,6 +22,24 @@
 #include <lightning_cpp/plugins/join/epoch_context.h>
 
 namespace lt {
+
+namespace {
+
+// Lightning's _set_num_threads_if_needed: where OMP_NUM_THREADS is not set,
+// each of a node's ranks takes at most its share of the CPUs this process may
+// run on, so that ranks do not oversubscribe the cores (LibTorch's default is
+// one thread per core in every rank). Never more threads than LibTorch's
+// default: more slowed the example down (docs/benchmarks.md).
+void share_the_cpus(int64_t local_ranks) {
+  if (env::get("OMP_NUM_THREADS") || local_ranks <= 1) return;
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  if (::sched_getaffinity(0, sizeof cpus, &cpus) != 0) return;
+  const int share = std::max<int>(1, CPU_COUNT(&cpus) / static_cast<int>(local_ranks));
+  if (share < at::get_num_threads()) at::set_num_threads(share);
+}
+
+}  // namespace
 
 ParallelStrategy::ParallelStrategy() = default;
 
@@ -71,6 +94,7 @@ void ParallelStrategy::setup_environment(const TrainerOptions& options) {
   local_rank_ = environment_->local_rank();
   node_rank_ = environment_->node_rank();
   world_size_ = environment_->world_size();
+  share_the_cpus(environment_->local_world_size().value_or(world_size_ / std::max<int64_t>(options.num_nodes(), 1)));
   if (options.device_type() == torch::kCUDA) {
     LT_CHECK_VALUE(torch::cuda::is_available(), who(), ": accelerator ", options.accelerator(),
                    " but CUDA is not available in this LibTorch/machine");

@@ -5,9 +5,11 @@
 // local spawn (success, and a crashing worker).
 #include <gtest/gtest.h>
 
+#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -17,6 +19,8 @@
 #include <utility>
 #include <sstream>
 #include <thread>
+
+#include <ATen/Parallel.h>
 
 #include <lightning_cpp/callbacks/lambda_callback.h>
 #include <lightning_cpp/callbacks/model_checkpoint.h>
@@ -396,6 +400,33 @@ LT_TEST_WORKER(Collectives) {
   }
   LT_WORKER_CHECK(refused, "all_gather of different shapes must throw on every rank");
   return 0;
+}
+
+// Ranks on one node share its CPUs (Lightning's _set_num_threads_if_needed):
+// where OMP_NUM_THREADS is not set, a rank whose LibTorch would run 4 threads
+// (a machine's default is one per core) runs at most CPUs / ranks; where it is
+// set, the user's count stays.
+LT_TEST_WORKER(RanksShareTheCpus) {
+  const int64_t world = env_int("WORLD_SIZE");
+  const bool user_set = env_int("RANK") == 1;
+  if (!user_set) ::unsetenv("OMP_NUM_THREADS");
+  at::set_num_threads(4);
+  lt::DDPStrategy s(test_strategy_options());
+  s.setup_environment(lt::TrainerOptions().devices(world));
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  LT_WORKER_CHECK(::sched_getaffinity(0, sizeof cpus, &cpus) == 0, "sched_getaffinity");
+  const int share = std::max<int>(1, CPU_COUNT(&cpus) / static_cast<int>(world));
+  const int expected = user_set ? 4 : std::min(4, share);
+  LT_WORKER_CHECK(at::get_num_threads() == expected, "threads ", at::get_num_threads(), ", expected ", expected);
+  return 0;
+}
+
+TEST(Ddp, RanksOnANodeShareItsCpus) {
+  lt::testing::WorkerOptions options;
+  options.rank_env = {{}, {{"OMP_NUM_THREADS", "4"}}};
+  auto r = run_workers("RanksShareTheCpus", 2, options);
+  EXPECT_TRUE(r.ok()) << r.summary();
 }
 
 TEST(Ddp, CollectivesOnThreeRanks) {
