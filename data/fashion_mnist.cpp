@@ -86,12 +86,15 @@ torch::Tensor read_idx_file(const std::string& path) {
                  "IDX file '", path, "' is truncated inside its header");
   std::vector<int64_t> sizes;
   uint64_t count = 1;
-  const uint64_t most = kMaxDeflateRatio * static_cast<uint64_t>(std::filesystem::file_size(path));
+  const uint64_t file_size = std::filesystem::file_size(path), most = kMaxDeflateRatio * file_size;
   for (int d = 0; d < ndim; ++d) {
     sizes.push_back(big_endian_u32(&header[4 + 4 * d]));
-    count *= static_cast<uint64_t>(sizes.back());
-    LT_CHECK_VALUE(count <= most, "IDX file '", path, "' is truncated: its header announces dimensions ", c10::IntArrayRef(sizes),
-                   "..., more data than a file of ", std::filesystem::file_size(path), " bytes can hold");
+    const auto size = static_cast<uint64_t>(sizes.back());
+    // Checked before multiplying: the product of four 32-bit sizes overflows 64 bits.
+    LT_CHECK_VALUE(size == 0 || count <= most / size, "IDX file '", path,
+                   "' is truncated: its header announces dimensions ", c10::IntArrayRef(sizes),
+                   "..., more data than a file of ", file_size, " bytes can hold");
+    count *= size;
   }
   auto out = torch::empty(sizes, torch::kUInt8);
   const size_t got = reader.read(out.data_ptr<uint8_t>(), count);

@@ -235,6 +235,15 @@ TEST(FashionMnist, TruncatedAndMalformedFilesAreClearErrors) {
   write_bytes(dir.path / "huge.idx", {0, 0, 8, 3, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff});
   msg = error_of([&] { lt::read_idx_file((dir.path / "huge.idx").string()); });
   EXPECT_NE(msg.find("more data than a file of 16 bytes can hold"), std::string::npos) << msg;
+  // Sizes whose product wraps around 64 bits to 0 (2^17 * 2^16 * 2^31), in a file large enough to pass the
+  // first two: refused, not allocated.
+  std::vector<uint8_t> wrapping = {0, 0, 8, 3, 0, 2, 0, 0, 0, 1, 0, 0, 0x80, 0, 0, 0};
+  wrapping.resize(wrapping.size() + (8 << 20), 0);
+  write_bytes(dir.path / "wrap.idx", wrapping);
+  msg = error_of([&] { lt::read_idx_file((dir.path / "wrap.idx").string()); });
+  EXPECT_NE(msg.find("more data than a file of " + std::to_string(wrapping.size()) + " bytes can hold"),
+            std::string::npos)
+      << msg;
 
   // Data after what the header announces.
   std::vector<uint8_t> trailing = {0, 0, 8, 1, 0, 0, 0, 2, 5, 6, 7};
