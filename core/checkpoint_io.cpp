@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 #include <sstream>
 #include <utility>
 #include <variant>
@@ -82,35 +83,34 @@ void put64(std::string& out, uint64_t v) {
   put32(out, static_cast<uint32_t>(v >> 32));
 }
 
-// The zip LibTorch's PyTorchStreamWriter (miniz) writes, byte for byte, for
-// an archive miniz writes without zip64 fields: each record stored, its data
-// 64-byte aligned by an "FB" extra field, its CRC-32 and sizes in a data
-// descriptor after the data; then the central directory and the zip64 end
-// records miniz always adds. The CRC is zlib's (5.9 GB/s on the machine of
-// docs/benchmarks.md), taken on a second thread while a large record is
-// written, else piece by piece just before each piece is written.
+// The zip LibTorch's PyTorchStreamWriter (miniz) writes, byte for byte:
+// each record stored, its data 64-byte aligned by an "FB" extra field, its
+// CRC-32 and sizes in a data descriptor after the data; then the central
+// directory and the zip64 end records miniz always adds. A record of 4 GiB
+// or more, or one that starts past 4 GiB, carries miniz's zip64 extra field
+// (local header: its size and a compressed size of 0 / its offset; central
+// directory: its sizes / its offset) and a 64-bit data descriptor. The CRC
+// is zlib's (5.9 GB/s on the machine of docs/benchmarks.md), taken on a
+// second thread while a large record is written, else piece by piece just
+// before each piece is written.
 class StoredZipWriter {
  public:
   using Sink = std::function<void(const void*, size_t)>;
   StoredZipWriter(std::string archive, Sink sink) : prefix_(std::move(archive) + "/"), sink_(std::move(sink)) {}
 
-  // Whether records of these names and sizes (in this order) make an archive
-  // this writer writes as miniz does: every offset and size below 4 GiB, fewer
-  // than 65535 records, none empty (miniz writes an empty record otherwise).
-  static bool writes(const std::string& archive, const std::vector<std::pair<std::string, size_t>>& records) {
-    uint64_t cursor = 0, directory = 0;
-    for (const auto& [name, size] : records) {
-      const size_t full = archive.size() + 1 + name.size();
-      if (size == 0) return false;
-      cursor += header_size(cursor, full) + size + kDescriptorSize;
-      directory += kEntrySize + full;
-    }
-    return records.size() < 0xffff && cursor + directory + kEndSize < 0xffffffffULL;
+  // Whether records of these sizes make an archive this writer writes as
+  // miniz does: fewer than 65535 records, none empty (miniz writes an empty
+  // record otherwise).
+  static bool writes(const std::vector<std::pair<std::string, size_t>>& records) {
+    return records.size() < 0xffff && std::none_of(records.begin(), records.end(), [](const auto& r) {
+             return r.second == 0;
+           });
   }
 
   void record(const std::string& name, const char* data, size_t size) {
     const std::string full = prefix_ + name;
     const uint64_t offset = cursor_;
+    const std::string zip64 = zip64_field(size >= kMax32, size, 0, offset >= kMax32, offset);
     std::string header;
     put32(header, kLocalHeader);
     put16(header, 0);       // version needed
@@ -118,9 +118,11 @@ class StoredZipWriter {
     for (int i = 0; i < 3; ++i) put16(header, 0);  // stored; time; date
     for (int i = 0; i < 3; ++i) put32(header, 0);  // CRC and sizes: in the descriptor
     put16(header, static_cast<uint16_t>(full.size()));
-    const size_t padding = header_size(cursor_, full.size()) - kLocalHeaderSize - full.size() - 4;
-    put16(header, static_cast<uint16_t>(padding + 4));
+    const size_t padding = header_size(cursor_, full.size(), zip64.size()) - kLocalHeaderSize - full.size() -
+                           zip64.size() - 4;
+    put16(header, static_cast<uint16_t>(zip64.size() + padding + 4));
     header += full;
+    header += zip64;
     header += "FB";
     put16(header, static_cast<uint16_t>(padding));
     header.append(padding, 'Z');
@@ -139,29 +141,31 @@ class StoredZipWriter {
     std::string descriptor;
     put32(descriptor, kDataDescriptor);
     put32(descriptor, static_cast<uint32_t>(crc));
-    put32(descriptor, static_cast<uint32_t>(size));
-    put32(descriptor, static_cast<uint32_t>(size));
+    for (int i = 0; i < 2; ++i) zip64.empty() ? put32(descriptor, static_cast<uint32_t>(size)) : put64(descriptor, size);
     emit(descriptor.data(), descriptor.size());
-    written_.push_back({full, static_cast<uint32_t>(crc), static_cast<uint32_t>(size), static_cast<uint32_t>(offset)});
+    written_.push_back({full, static_cast<uint32_t>(crc), size, offset});
   }
 
   void finish() {
     const uint64_t directory_offset = cursor_;
     std::string tail;
     for (const Written& w : written_) {
+      const std::string zip64 = zip64_field(w.size >= kMax32, w.size, w.size, w.offset >= kMax32, w.offset);
       put32(tail, kDirectoryEntry);
       put16(tail, 0);  // version made by
       put16(tail, 0);  // version needed
       put16(tail, kFlags);
       for (int i = 0; i < 3; ++i) put16(tail, 0);  // stored; time; date
       put32(tail, w.crc);
-      put32(tail, w.size);
-      put32(tail, w.size);
+      put32(tail, clamp32(w.size));
+      put32(tail, clamp32(w.size));
       put16(tail, static_cast<uint16_t>(w.name.size()));
-      for (int i = 0; i < 4; ++i) put16(tail, 0);  // extra, comment, disk, internal attributes
+      put16(tail, static_cast<uint16_t>(zip64.size()));
+      for (int i = 0; i < 3; ++i) put16(tail, 0);  // comment, disk, internal attributes
       put32(tail, 0);                              // external attributes
-      put32(tail, w.offset);
+      put32(tail, clamp32(w.offset));
       tail += w.name;
+      tail += zip64;
     }
     const uint64_t directory_size = tail.size(), end_offset = directory_offset + directory_size;
     put32(tail, kZip64End);
@@ -183,17 +187,33 @@ class StoredZipWriter {
     put16(tail, 0);
     put16(tail, static_cast<uint16_t>(written_.size()));
     put16(tail, static_cast<uint16_t>(written_.size()));
-    put32(tail, static_cast<uint32_t>(directory_size));
-    put32(tail, static_cast<uint32_t>(directory_offset));
+    put32(tail, clamp32(directory_size));
+    put32(tail, clamp32(directory_offset));
     put16(tail, 0);
     emit(tail.data(), tail.size());
   }
 
  private:
   static constexpr uint16_t kFlags = 0x0808;
-  static constexpr uint64_t kLocalHeaderSize = 30, kDescriptorSize = 16, kEntrySize = 46, kEndSize = 56 + 20 + 22;
+  static constexpr uint64_t kLocalHeaderSize = 30, kMax32 = 0xffffffffULL;
 
   static constexpr size_t kOverlapFrom = size_t{8} << 20;
+
+  static uint32_t clamp32(uint64_t v) { return static_cast<uint32_t>(std::min(v, kMax32)); }
+
+  // miniz's zip64 extended information (tag 1): the sizes, then the offset, each where it needs 64 bits.
+  static std::string zip64_field(bool sizes, uint64_t size, uint64_t compressed, bool at, uint64_t offset) {
+    std::string field;
+    if (!sizes && !at) return field;
+    put16(field, 1);
+    put16(field, static_cast<uint16_t>((sizes ? 16 : 0) + (at ? 8 : 0)));
+    if (sizes) {
+      put64(field, size);
+      put64(field, compressed);
+    }
+    if (at) put64(field, offset);
+    return field;
+  }
 
   static uLong crc_of(const char* data, size_t size, uLong crc = crc32(0, nullptr, 0)) {
     for (size_t done = 0; done < size;) {
@@ -204,11 +224,11 @@ class StoredZipWriter {
     return crc;
   }
 
-  // A local header with its name and "FB" extra field, ending where the data
-  // is 64-byte aligned (caffe2::serialize::getPadding without zip64).
-  static uint64_t header_size(uint64_t cursor, size_t name_size) {
+  // A local header with its name, zip64 field and "FB" extra field, ending
+  // where the data is 64-byte aligned (caffe2::serialize::detail::getPadding).
+  static uint64_t header_size(uint64_t cursor, size_t name_size, size_t zip64_size) {
     constexpr uint64_t kAlignment = caffe2::serialize::detail::kFieldAlignment;
-    const uint64_t start = cursor + kLocalHeaderSize + name_size + 4;
+    const uint64_t start = cursor + kLocalHeaderSize + name_size + zip64_size + 4;
     return start - cursor + (kAlignment - start % kAlignment) % kAlignment;
   }
 
@@ -219,7 +239,8 @@ class StoredZipWriter {
 
   struct Written {
     std::string name;
-    uint32_t crc, size, offset;
+    uint32_t crc;
+    uint64_t size, offset;
   };
   std::string prefix_;
   Sink sink_;
@@ -227,15 +248,15 @@ class StoredZipWriter {
   std::vector<Written> written_;
 };
 
-// LibTorch's writer, for what StoredZipWriter does not write (archives over
-// 4 GiB, empty records): its CRC-32 is computed inside.
-void write_with_libtorch(FileReplacement& file, const std::vector<char>& pickle,
+// LibTorch's writer, for what StoredZipWriter does not write (empty records,
+// 65535 records or more): its CRC-32 is computed inside.
+void write_with_libtorch(const std::function<void(const void*, size_t)>& sink, const std::vector<char>& pickle,
                          const std::vector<at::Tensor>& tensors) {
   std::exception_ptr failure;  // rethrown once the zip writer (C code) has returned
   auto writer = std::make_unique<caffe2::serialize::PyTorchStreamWriter>([&](const void* data, size_t size) -> size_t {
     if (failure) return size;  // after a failure: nothing more is written, and nothing more fails
     try {
-      file.write(data, size);
+      sink(data, size);
     } catch (...) {
       failure = std::current_exception();
       return 0;
@@ -261,13 +282,28 @@ void write_with_libtorch(FileReplacement& file, const std::vector<char>& pickle,
 
 }  // namespace
 
-void atomic_pickle_save(const c10::IValue& value, const std::string& path) {
+torch::Tensor deferred_tensor(at::IntArrayRef sizes, const torch::TensorOptions& options) {
+  const int64_t numel = c10::multiply_integers(sizes);
+  if (numel == 0) return torch::empty(sizes, options);  // nothing to defer (and no empty placeholder record)
+  const size_t bytes = static_cast<size_t>(numel) * options.dtype().itemsize();
+  c10::Storage storage(c10::Storage::use_byte_size_t(), bytes, at::DataPtr(nullptr, options.device()), nullptr,
+                       /*resizable=*/false);
+  return torch::empty({0}, options).set_(storage, 0, sizes);
+}
+
+bool is_deferred(const torch::Tensor& tensor) {
+  return tensor.defined() && tensor.has_storage() && tensor.storage().nbytes() > 0 &&
+         tensor.storage().data() == nullptr;
+}
+
+void write_pickle_archive(const c10::IValue& value, const std::function<void(const void*, size_t)>& sink,
+                          const DeferredValues& deferred) {
   // The pickle holds the structure and refers to each tensor's storage by
   // number; the storages follow as records written from the tensors' own
   // memory (a CUDA one copied to the CPU one at a time): the file is never
   // whole in memory. What torch::pickle_save writes, byte for byte
   // (torch::jit::writeArchiveAndTensors: the storages, the pickle, then the
-  // writer's version record).
+  // writer's version record), a placeholder's record once `deferred` gives its value.
   std::vector<char> pickle;
   torch::jit::Pickler pickler([&](const char* data, size_t size) { pickle.insert(pickle.end(), data, data + size); });
   pickler.protocol();
@@ -276,24 +312,60 @@ void atomic_pickle_save(const c10::IValue& value, const std::string& path) {
   const std::vector<at::Tensor>& tensors = pickler.tensorData();
   const std::string version = std::to_string(caffe2::serialize::kMinProducedFileFormatVersion) + "\n";
   std::vector<std::pair<std::string, size_t>> records;
+  std::unordered_map<const c10::StorageImpl*, size_t> placeholders;  // storage -> record
   for (size_t i = 0; i < tensors.size(); ++i) {
     records.emplace_back("data/" + std::to_string(i), tensors[i].storage().nbytes());
+    if (is_deferred(tensors[i])) placeholders.emplace(tensors[i].storage().unsafeGetStorageImpl(), i);
   }
   records.emplace_back("data.pkl", pickle.size());
   records.emplace_back("version", version.size());
-  FileReplacement file(path);
-  if (StoredZipWriter::writes("archive", records)) {
-    StoredZipWriter zip("archive", [&](const void* data, size_t size) { file.write(data, size); });
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      const torch::jit::WriteableTensorData storage = torch::jit::getWriteableTensorData(tensors[i]);
-      zip.record(records[i].first, storage.data(), storage.sizeInBytes());
-    }
-    zip.record("data.pkl", pickle.data(), pickle.size());
-    zip.record("version", version.data(), version.size());
-    zip.finish();
-  } else {
-    write_with_libtorch(file, pickle, tensors);
+  LT_INTERNAL_ASSERT(placeholders.empty() || deferred, "write_pickle_archive: ", placeholders.size(),
+                     " placeholder tensors and nothing to give their values");
+  if (!StoredZipWriter::writes(records)) {
+    LT_INTERNAL_ASSERT(placeholders.empty(), "write_pickle_archive: placeholders in an archive of ", records.size(),
+                       " records or with an empty one");
+    write_with_libtorch(sink, pickle, tensors);
+    return;
   }
+  StoredZipWriter zip("archive", sink);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (is_deferred(tensors[i])) continue;
+    const torch::jit::WriteableTensorData storage = torch::jit::getWriteableTensorData(tensors[i]);
+    zip.record(records[i].first, storage.data(), storage.sizeInBytes());
+  }
+  if (deferred) {
+    std::exception_ptr failure;  // rethrown once `deferred` finished its collectives
+    std::vector<bool> written(tensors.size(), false);
+    deferred([&](const torch::Tensor& placeholder, const torch::Tensor& value) {
+      if (failure) return;
+      try {
+        auto it = placeholders.find(placeholder.storage().unsafeGetStorageImpl());
+        LT_INTERNAL_ASSERT(it != placeholders.end() && !written[it->second],
+                           "write_pickle_archive: a value for no placeholder of the archive, or given twice");
+        const size_t i = it->second;
+        const torch::Tensor bytes = value.to(torch::kCPU).contiguous();
+        LT_INTERNAL_ASSERT(bytes.nbytes() == records[i].second && bytes.dtype() == placeholder.dtype(),
+                           "write_pickle_archive: a value of ", bytes.nbytes(), " bytes of ", bytes.dtype(),
+                           " for a placeholder of ", records[i].second, " bytes of ", placeholder.dtype());
+        zip.record(records[i].first, static_cast<const char*>(bytes.data_ptr()), bytes.nbytes());
+        written[i] = true;
+      } catch (...) {
+        failure = std::current_exception();
+      }
+    });
+    if (failure) std::rethrow_exception(failure);
+    for (const auto& [storage, i] : placeholders) {
+      LT_INTERNAL_ASSERT(written[i], "write_pickle_archive: no value was given for placeholder record ", i);
+    }
+  }
+  zip.record("data.pkl", pickle.data(), pickle.size());
+  zip.record("version", version.data(), version.size());
+  zip.finish();
+}
+
+void atomic_pickle_save(const c10::IValue& value, const std::string& path, const DeferredValues& deferred) {
+  FileReplacement file(path);
+  write_pickle_archive(value, [&](const void* data, size_t size) { file.write(data, size); }, deferred);
   file.commit();
 }
 

@@ -18,6 +18,7 @@
 // Callbacks add to it in on_save_checkpoint; Python reads it with torch.load
 // and `ckpt["state_dict"]` is what nn.Module.load_state_dict takes.
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -39,11 +40,34 @@ void load_weights(torch::nn::Module& module, const std::string& path, bool stric
 // The {name -> tensor} dict inside `loaded` (a checkpoint or a bare state_dict).
 c10::Dict<std::string, torch::Tensor> state_dict_from(const c10::IValue& loaded, const std::string& path);
 
+// Tensors whose values reach the file while it is written. A sharding
+// strategy's checkpoint holds a placeholder (deferred_tensor: the shape,
+// dtype and device, no bytes) for each tensor a rank holds only a part of;
+// the save writes everything else, then calls the DeferredValues once, which
+// hands over each placeholder's value (gathered a unit at a time), so that no
+// rank ever holds the whole model. Reading a placeholder's data is an error
+// of the caller (it has none); `is_deferred` tells one.
+torch::Tensor deferred_tensor(at::IntArrayRef sizes, const torch::TensorOptions& options);
+bool is_deferred(const torch::Tensor& tensor);
+// write(placeholder, value): value has the placeholder's shape and dtype. A
+// DeferredValues is called on every rank (its gathers are collectives); only
+// the writing rank's write() writes, the others' ignore what they are given.
+using DeferredWrite = std::function<void(const torch::Tensor& placeholder, const torch::Tensor& value)>;
+using DeferredValues = std::function<void(const DeferredWrite& write)>;
+
 // Writes `value` to `path` atomically (core/files.h's FileReplacement: a
 // failure names the file and the OS error, and leaves `path` as it was),
 // streamed: each tensor goes to the file from its own memory, so the file is
-// never whole in memory. The bytes are torch::pickle_save's.
-void atomic_pickle_save(const c10::IValue& value, const std::string& path);
+// never whole in memory. The bytes are torch::pickle_save's (records over
+// 4 GiB with miniz's zip64 fields). With `deferred`, the placeholders' records
+// are written as it hands them over (after the others': the records' order
+// differs from torch::pickle_save's, torch.load reads them by name); a
+// failure to write is thrown once `deferred` has returned, so that it always
+// finishes its collectives.
+void atomic_pickle_save(const c10::IValue& value, const std::string& path, const DeferredValues& deferred = {});
+// The same archive, to any sink (atomic_pickle_save's file).
+void write_pickle_archive(const c10::IValue& value, const std::function<void(const void*, size_t)>& sink,
+                          const DeferredValues& deferred = {});
 // Reads what atomic_pickle_save (or torch.save) wrote, each record straight
 // into its tensor. A file that is no zip archive, whose zip directory is
 // damaged or one of whose records fails its CRC-32 check (LibTorch's reader

@@ -1,6 +1,7 @@
 // Checkpoints: Python reads what C++ writes (names and values), C++ loads a
 // state_dict Python saved, and a fit resumed from a checkpoint ends with the
 // same weights as an uninterrupted one.
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,7 +17,10 @@
 #include <utility>
 
 #include <gtest/gtest.h>
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/export.h>
 #include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 
 #include <lightning_cpp/callbacks/model_checkpoint.h>
 #include <lightning_cpp/core/check.h>
@@ -586,6 +590,107 @@ TEST_F(CheckpointTest, ASaveWritesTheBytesOfLibTorchsWriter) {
     const std::vector<char> theirs = torch::pickle_save(values[i]);
     EXPECT_EQ(ours, std::string(theirs.begin(), theirs.end())) << "value " << i;
   }
+}
+
+// A record of 4 GiB or more, and the records after it (past 4 GiB), carry
+// miniz's zip64 fields: the archive of a 4 GiB + 100 byte tensor between two
+// small ones is, byte for byte, what LibTorch's writer writes. Compared
+// without the large record's bytes (zeros of a mapping that takes no memory;
+// their CRC is in the compared bytes), so that the test holds no 4 GiB.
+TEST_F(CheckpointTest, ARecordOf4GiBHasMinizsZip64FieldsAndBytes) {
+  const size_t big = (size_t{1} << 32) + 100;
+  void* zeros = ::mmap(nullptr, big, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  ASSERT_NE(zeros, MAP_FAILED);
+  const char* begin = static_cast<const char*>(zeros);
+  c10::Dict<std::string, torch::Tensor> value;
+  value.insert("a", torch::arange(3, torch::kFloat32));
+  value.insert("big", torch::from_blob(zeros, {static_cast<int64_t>(big)}, torch::kUInt8));
+  value.insert("c", torch::arange(5, torch::kLong));
+  struct Kept {
+    std::string bytes;  // all but the large record's
+    uint64_t total = 0;
+  };
+  auto keep = [begin, big](Kept* kept) {
+    return [kept, begin, big](const void* data, size_t size) {
+      const char* p = static_cast<const char*>(data);
+      if (p < begin || p >= begin + big) kept->bytes.append(p, size);
+      kept->total += size;
+    };
+  };
+  Kept ours, theirs;
+  lt::write_pickle_archive(value, keep(&ours));
+  {
+    std::vector<char> pickle;
+    torch::jit::Pickler pickler([&](const char* d, size_t n) { pickle.insert(pickle.end(), d, d + n); });
+    pickler.protocol();
+    pickler.pushIValue(value);
+    pickler.stop();
+    auto sink = keep(&theirs);
+    caffe2::serialize::PyTorchStreamWriter writer([&](const void* d, size_t n) -> size_t {
+      sink(d, n);
+      return n;
+    });
+    torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(), writer);
+    writer.writeEndOfFile();
+  }
+  ::munmap(zeros, big);
+  EXPECT_GT(ours.total, big);
+  EXPECT_EQ(ours.total, theirs.total);
+  EXPECT_EQ(ours.bytes, theirs.bytes);
+}
+
+// A checkpoint's placeholders (a sharding strategy's tensors held in chunks)
+// are written as their values arrive: the file reads back as the dict with
+// the values, in C++ and with Python's torch.load. A placeholder given no
+// value is an error and leaves the old file; a failing write is thrown only
+// once every value was handed over (the handing over is a collective).
+TEST_F(CheckpointTest, PlaceholdersAreWrittenAsTheirValuesArrive) {
+  torch::manual_seed(0);
+  const torch::Tensor x = torch::randn({3, 4}), z = torch::arange(5, torch::kLong);
+  const torch::Tensor px = lt::deferred_tensor({3, 4}, torch::kFloat32), pz = lt::deferred_tensor({5}, torch::kLong);
+  EXPECT_TRUE(lt::is_deferred(px) && lt::is_deferred(pz));
+  EXPECT_FALSE(lt::is_deferred(x));
+  EXPECT_FALSE(lt::is_deferred(lt::deferred_tensor({0, 4}, torch::kFloat32)));  // nothing to defer
+  c10::Dict<std::string, torch::Tensor> state;
+  state.insert("x", px);
+  state.insert("y", torch::ones({2}));
+  state.insert("z", pz);
+  const std::string path = (dir_ / "deferred.pt").string();
+  int calls = 0;
+  lt::atomic_pickle_save(state, path, [&](const lt::DeferredWrite& write) {
+    ++calls;
+    write(pz, z);
+    write(px, x);
+  });
+  EXPECT_EQ(calls, 1);
+  const auto loaded = lt::pickle_load_file(path).toGenericDict();
+  EXPECT_TRUE(loaded.at("x").toTensor().equal(x));
+  EXPECT_TRUE(loaded.at("y").toTensor().equal(torch::ones({2})));
+  EXPECT_TRUE(loaded.at("z").toTensor().equal(z));
+  const std::string python = std::string(kPython) +
+                             " -c \"import torch, sys; d = torch.load(sys.argv[1]); "
+                             "assert list(d) == ['x', 'y', 'z'] and d['x'].shape == (3, 4) and "
+                             "d['z'].tolist() == [0, 1, 2, 3, 4], d\" " + path;
+  EXPECT_EQ(std::system(python.c_str()), 0) << python;
+  const std::string before = read_file(path);
+  EXPECT_THROW(lt::atomic_pickle_save(state, path, [&](const lt::DeferredWrite& write) { write(pz, z); }), lt::Error);
+  EXPECT_EQ(read_file(path), before);
+  int handed = 0;
+  auto failing = [&](const void* data, size_t /*size*/) {  // fails at x's bytes, after z's record
+    if (data == x.data_ptr()) throw std::runtime_error("disk full");
+  };
+  try {
+    lt::write_pickle_archive(state, failing, [&](const lt::DeferredWrite& write) {
+      write(pz, z);
+      ++handed;
+      write(px, x);
+      ++handed;
+    });
+    ADD_FAILURE() << "the failing write was not thrown";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "disk full");
+  }
+  EXPECT_EQ(handed, 2);
 }
 
 // -- hostile file systems (hardening) ---------------------------------------------

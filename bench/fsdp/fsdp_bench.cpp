@@ -10,7 +10,13 @@
 // and the collectives' payload per step per rank (elements the rank hands to
 // them x 4 bytes; Gloo has no reduce_scatter: it is an allreduce here).
 //
-//   fsdp_bench [--dim D] [--blocks N] [--batch B] [--steps N] [--reps R]
+// --headline DIR: a model ddp cannot hold on this machine (what ddp would
+// need, 16 bytes per parameter per rank with Adam, is printed beside the
+// machine's memory) trains under FULL_SHARD only, saves a full checkpoint at
+// its last step (ModelCheckpoint, to DIR: the peak includes it) and once
+// more after fit (timed); the file's records are then CRC-checked.
+//
+//   fsdp_bench [--dim D] [--blocks N] [--batch B] [--steps N] [--reps R] [--headline DIR]
 #include <malloc.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -41,6 +47,7 @@ struct Args {
   int64_t steps = 8;
   int64_t warmup = 2;
   int reps = 2;
+  std::string headline;  // a directory for the checkpoints: the headline run
 };
 
 using lt::bench::status_kb;
@@ -104,23 +111,36 @@ int worker_main(const Args& args) {
   auto dataset = std::make_shared<lt::TensorDataset>(torch::randn({n, args.dim}), torch::rand({n, args.dim}));
   auto loader = std::make_shared<lt::DataLoader>(dataset, lt::DataLoaderOptions(args.batch));
   auto timer = std::make_shared<MemoryTimer>(args.warmup);
+  std::vector<std::shared_ptr<lt::Callback>> callbacks{timer};
+  if (!args.headline.empty()) {  // a full checkpoint at the last step, with the parameters sharded
+    callbacks.push_back(std::make_shared<lt::ModelCheckpoint>(
+        lt::ModelCheckpointOptions().dirpath(args.headline).every_n_train_steps(args.warmup + args.steps)));
+  }
   lt::Trainer trainer(lt::TrainerOptions()
                           .strategy(strategy)
                           .devices(world)
                           .max_steps(args.warmup + args.steps)
-                          .callbacks({timer})
+                          .callbacks(callbacks)
                           .enable_progress_bar(false)
                           .enable_model_summary(false)
                           .default_logger(false)
                           .num_sanity_val_steps(0)
                           .default_root_dir(std::filesystem::temp_directory_path().string()));
   trainer.fit(std::make_shared<StackNet>(args.dim, args.blocks), loader);
+  double save_s = 0;
+  if (!args.headline.empty()) {
+    const auto start = std::chrono::steady_clock::now();
+    trainer.save_checkpoint(args.headline + "/after_fit.ckpt");
+    save_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
   std::ofstream(std::string(std::getenv("LT_BENCH_OUT")) + "." + std::getenv("RANK"))
-      << base << " " << status_kb("VmHWM") << " " << timer->steps_per_s() << " " << timer->training_peak_kb << "\n";
+      << base << " " << status_kb("VmHWM") << " " << timer->steps_per_s() << " " << timer->training_peak_kb << " "
+      << save_s << "\n";
   return 0;
 }
 
 struct Result {
+  double save_s = 0;    // rank 0's (--headline)
   int64_t base_kb = 0;  // the ranks' highest
   int64_t peak_kb = 0;  // the whole run's (fsdp: with the module whole again at fit's end)
   int64_t training_peak_kb = 0;  // at the last step's end
@@ -135,15 +155,42 @@ Result run_workers(const std::string& role, int world) {
   for (int r = 0; r < world; ++r) {
     const std::string file = out + "." + std::to_string(r);
     int64_t base = 0, peak = 0, training_peak = 0;
-    double sps = 0;
-    std::ifstream(file) >> base >> peak >> sps >> training_peak;
+    double sps = 0, save_s = 0;
+    std::ifstream(file) >> base >> peak >> sps >> training_peak >> save_s;
     std::filesystem::remove(file);
     result.base_kb = std::max(result.base_kb, base);
     result.peak_kb = std::max(result.peak_kb, peak);
     result.training_peak_kb = std::max(result.training_peak_kb, training_peak);
     if (r == 0) result.sps = sps;
+    if (r == 0) result.save_s = save_s;
   }
   return result;
+}
+
+// The headline run (--headline): FULL_SHARD only, with its checkpoints.
+int headline(const Args& args, int64_t params, int world) {
+  const double gb = 1e9;
+  const double ddp_need = 16.0 * static_cast<double>(params) * world;  // parameters, gradients, Adam's 2 per rank
+  std::printf("ddp would hold %.1f GB (16 bytes per parameter per rank, %d ranks) before activations, gloo and "
+              "LibTorch; this machine has %.1f GB of memory\n",
+              ddp_need / gb, world, static_cast<double>(lt::bench::meminfo_kb("MemTotal")) * 1024 / gb);
+  std::fflush(stdout);
+  std::filesystem::create_directories(args.headline);
+  const Result r = run_workers("FULL_SHARD", world);
+  if (r.sps == 0) return 1;
+  const auto mb = [](int64_t kb) { return static_cast<double>(kb) / 1024; };
+  std::printf("FULL_SHARD: trained %lld steps at %.3f steps/s; peak per rank %.0f MB with a full checkpoint saved "
+              "at the last step (the run's peak, fit's end making the module whole included: %.0f MB)\n",
+              static_cast<long long>(args.warmup + args.steps), r.sps, mb(r.training_peak_kb), mb(r.peak_kb));
+  for (const auto& entry : std::filesystem::directory_iterator(args.headline)) {
+    const auto start = std::chrono::steady_clock::now();
+    lt::check_checkpoint_file(entry.path().string());
+    const double check_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("  %s: %.2f GB, every record's CRC-32 checked in %.1f s\n", entry.path().filename().c_str(),
+                static_cast<double>(std::filesystem::file_size(entry.path())) / gb, check_s);
+  }
+  std::printf("  the save after fit took %.1f s on rank 0\n", r.save_s);
+  return 0;
 }
 
 }  // namespace
@@ -157,8 +204,9 @@ int main(int argc, char** argv) {
     else if (a == "--batch" && i + 1 < argc) args.batch = std::atoll(argv[++i]);
     else if (a == "--steps" && i + 1 < argc) args.steps = std::atoll(argv[++i]);
     else if (a == "--reps" && i + 1 < argc) args.reps = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--headline" && i + 1 < argc) args.headline = argv[++i];
     else {
-      std::cerr << "usage: fsdp_bench [--dim D] [--blocks N] [--batch B] [--steps N] [--reps R]\n";
+      std::cerr << "usage: fsdp_bench [--dim D] [--blocks N] [--batch B] [--steps N] [--reps R] [--headline DIR]\n";
       return 2;
     }
   }
@@ -176,6 +224,7 @@ int main(int argc, char** argv) {
   std::printf("machine: %s; sgemm %.1f GFLOP/s on 1 thread\n", lt::bench::machine().c_str(),
               lt::bench::sgemm_gflops());
   std::fflush(stdout);
+  if (!args.headline.empty()) return headline(args, params, world);
   const std::vector<std::string> roles{"ddp", "SHARD_GRAD_OP", "FULL_SHARD"};
   std::map<std::string, Result> best;
   for (int rep = 0; rep < args.reps; ++rep) {

@@ -9,6 +9,8 @@
 //   reduce_scatter = allreduce of the flat buffer, then this rank's chunk
 //                    (twice the bytes of a native reduce_scatter; the sum is
 //                    the same on every rank).
+// gather (every rank's shard into one flat buffer on one rank: a checkpoint's
+// unit at a time) is c10d's gather, which both backends have.
 // Every rank calls each with buffers of the same size; each waits for its Work.
 
 #include <cstdint>
@@ -31,6 +33,9 @@ class ShardCollectives {
   void all_gather(const torch::Tensor& shard, torch::Tensor& flat) const;
   // shard = chunk `rank` of the ranks' `flat`s summed. `flat` is clobbered.
   void reduce_scatter(torch::Tensor& flat, torch::Tensor& shard) const;
+  // On rank `root`: a flat buffer of W * s elements, rank r's `shard` at r * s;
+  // on the others: undefined (they send their shard).
+  torch::Tensor gather(const torch::Tensor& shard, int64_t root) const;
 
  private:
   c10::intrusive_ptr<c10d::ProcessGroup> group_;

@@ -233,6 +233,61 @@ TEST(FsdpCheckpoint, AMidEpochCheckpointResumesExactlyUnderShardGradOpAndFullSha
   std::filesystem::remove_all(dir);
 }
 
+// A full checkpoint of a FULL_SHARD run is written streamed and is ddp's:
+// counts 3 and 5 (rank 0 joins after step 3), Adam, checkpoints at steps 2
+// and 4. In the dict the hooks see, the freed units' parameters and the
+// optimizer's state are placeholders (no rank held them whole); Python's
+// torch.load reads both files, and they have ddp's keys and values (1e-6).
+LT_TEST_WORKER(FsdpStreamedFullCheckpoint) {
+  const int rank = env_int("RANK");
+  const std::string dir = env_str("LT_CKPT_DIR");
+  for (const bool sharded : {true, false}) {
+    int64_t placeholders = 0, tensors = 0;
+    auto count = std::make_shared<lt::LambdaCallback>();
+    count->on_save_checkpoint_fn = [&](lt::Trainer&, lt::LightningModule&, lt::StateDict& ckpt) {
+      for (const auto& item : ckpt.at("state_dict").toGenericDict()) {
+        ++tensors;
+        placeholders += lt::is_deferred(item.value().toTensor());
+      }
+      for (const auto& state : ckpt.at("optimizer").toGenericDict().at("state").toGenericDict()) {
+        for (const auto& item : state.value().toGenericDict()) {
+          if (!item.value().isTensor() || item.value().toTensor().dim() == 0) continue;  // "step"
+          ++tensors;
+          placeholders += lt::is_deferred(item.value().toTensor());
+        }
+      }
+    };
+    fsdp()->options().sharding_strategy(lt::ShardingStrategy::kFullShard);
+    auto model = std::make_shared<JoinNet>(/*units=*/sharded);
+    model->optim = "adam";
+    auto checkpoints = std::make_shared<lt::ModelCheckpoint>(lt::ModelCheckpointOptions()
+                                                                 .dirpath(dir + (sharded ? "/fsdp" : "/ddp"))
+                                                                 .every_n_train_steps(2)
+                                                                 .save_top_k(-1));
+    lt::Trainer trainer(options(sharded ? std::static_pointer_cast<lt::Strategy>(fsdp()) : ddp(), 2)
+                            .max_epochs(1)
+                            .callbacks({count, checkpoints}));
+    trainer.fit(model, rank_loader(rank, rank == 0 ? 3 : 5));
+    // 2 checkpoints of 4 parameters and 8 Adam tensors: under FULL_SHARD every one a placeholder.
+    LT_WORKER_CHECK(tensors == 24 && placeholders == (sharded ? 24 : 0), (sharded ? "fsdp" : "ddp"), ": ",
+                    placeholders, " placeholders among ", tensors, " tensors of the checkpoints' dicts");
+  }
+  fsdp()->options().sharding_strategy(lt::ShardingStrategy::kShardGradOp);
+  return 0;
+}
+
+TEST(FsdpCheckpoint, AFullShardCheckpointIsWrittenStreamedAndIsDdpsForTorchLoad) {
+  const auto dir = std::filesystem::temp_directory_path() / ("lt_fsdp_stream_" + std::to_string(::getpid()));
+  expect_workers_pass("FsdpStreamedFullCheckpoint", 2, std::chrono::seconds(90), {{"LT_CKPT_DIR", dir.string()}});
+  for (const char* name : {"epoch=0-step=2.ckpt", "epoch=0-step=4.ckpt"}) {
+    const std::string command = "/usr/bin/python3 " + std::string(LT_SOURCE_DIR) +
+                                "/tests/python/checkpoint_interop.py same " + (dir / "fsdp" / name).string() + " " +
+                                (dir / "ddp" / name).string() + " 1e-6";
+    EXPECT_EQ(std::system(command.c_str()), 0) << command;
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // FULL_SHARD keeps only each unit's chunk between steps: after the first
 // window (the canonical one) every declared unit's parameters have no bytes
 // at the end of each training step, on a rank that trains and on one that

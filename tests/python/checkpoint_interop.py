@@ -11,6 +11,9 @@
                                               reference net and torch.optim.Adam, take one step on
                                               <io>'s {input, target} (eval mode: no dropout) and
                                               torch.save {"state_dict", "optimizer"} to <out>
+  checkpoint_interop.py same <a> <b> <tol>    torch.load both checkpoints: the same state_dict keys,
+                                              optimizer param_groups and state keys, every tensor
+                                              within <tol>; exit 1 naming the first difference
 """
 import sys
 import torch
@@ -94,5 +97,36 @@ def step(ckpt_path, io_path, out_path):
     torch.save({"state_dict": dict(model.state_dict()), "optimizer": state}, out_path)
 
 
+def same(a_path, b_path, tol):
+    a, b = torch.load(a_path), torch.load(b_path)
+    tol = float(tol)
+
+    def compare(x, y, where):
+        if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
+            if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)):
+                sys.exit(f"{where}: a tensor in one checkpoint only")
+            if x.shape != y.shape or x.dtype != y.dtype:
+                sys.exit(f"{where}: {x.dtype}{list(x.shape)} against {y.dtype}{list(y.shape)}")
+            differ = (x.double() - y.double()).abs().max().item() if x.numel() else 0.0
+            if differ > tol:
+                sys.exit(f"{where}: differs by {differ}")
+        elif isinstance(x, dict) and isinstance(y, dict):
+            if list(x.keys()) != list(y.keys()):
+                sys.exit(f"{where}: keys {list(x.keys())} against {list(y.keys())}")
+            for k in x:
+                compare(x[k], y[k], f"{where}[{k!r}]")
+        elif isinstance(x, (list, tuple)) and isinstance(y, (list, tuple)):
+            if len(x) != len(y):
+                sys.exit(f"{where}: {len(x)} items against {len(y)}")
+            for i, (u, v) in enumerate(zip(x, y)):
+                compare(u, v, f"{where}[{i}]")
+        elif x != y:
+            sys.exit(f"{where}: {x!r} against {y!r}")
+
+    compare(a["state_dict"], b["state_dict"], "state_dict")
+    compare(a["optimizer"], b["optimizer"], "optimizer")
+    print("same", len(a["state_dict"]), "tensors,", len(a["optimizer"]["state"]), "optimizer states")
+
+
 if __name__ == "__main__":
-    {"read": read, "write": write, "step": step}[sys.argv[1]](*sys.argv[2:])
+    {"read": read, "write": write, "step": step, "same": same}[sys.argv[1]](*sys.argv[2:])

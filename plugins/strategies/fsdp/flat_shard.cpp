@@ -283,24 +283,21 @@ std::vector<std::string> FlatShard::unit_names() const {
   return names;
 }
 
-std::vector<torch::Tensor> FlatShard::unflatten(const torch::Tensor& chunk) const {
+const std::vector<size_t>& FlatShard::unit_parameters(size_t u) const { return units_.at(u).params; }
+
+bool FlatShard::unit_whole(size_t u) const { return units_.at(u).materialized; }
+
+torch::Tensor FlatShard::gather_unit(size_t u, const torch::Tensor& chunk, int64_t root) const {
+  LT_INTERNAL_ASSERT(chunk.numel() == units_.at(u).chunk, "FlatShard::gather_unit: a chunk of ", chunk.numel(),
+                     " elements for unit '", units_[u].name, "' of ", units_[u].chunk);
   torch::NoGradGuard no_grad;
-  const int64_t world = collectives_.world_size(), s = shard_data_.numel();
-  torch::Tensor all = torch::empty({world * s}, chunk.options());
-  collectives_.all_gather(chunk.detach().contiguous().reshape(-1), all);
-  std::vector<torch::Tensor> out(params_.size());
-  for (const Unit& unit : units_) {
-    // The unit's flat buffer: rank r's chunk of it sits at r * S + shard_offset.
-    torch::Tensor full = torch::empty({world * unit.chunk}, chunk.options());
-    for (int64_t r = 0; r < world; ++r) {
-      full.narrow(0, r * unit.chunk, unit.chunk).copy_(all.narrow(0, r * s + unit.shard_offset, unit.chunk));
-    }
-    for (size_t j = 0; j < unit.params.size(); ++j) {
-      const torch::Tensor& p = params_[unit.params[j]];
-      out[unit.params[j]] = full.narrow(0, unit.offsets[j], p.numel()).view(p.sizes()).clone();
-    }
-  }
-  return out;
+  return collectives_.gather(chunk.detach().contiguous().reshape(-1), root);
+}
+
+torch::Tensor FlatShard::unit_parameter(size_t u, size_t j, const torch::Tensor& flat) const {
+  const Unit& unit = units_.at(u);
+  const torch::Tensor& p = params_[unit.params.at(j)];
+  return flat.narrow(0, unit.offsets[j], p.numel()).view(p.sizes());
 }
 
 torch::Tensor FlatShard::flatten(const std::vector<torch::Tensor>& whole) const {

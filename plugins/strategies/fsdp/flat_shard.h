@@ -96,14 +96,21 @@ class FlatShard : public GradientSync, private FSDPUnitHooks {
   const std::vector<torch::Tensor>& shards() const { return shards_; }
   // The module's trainable parameters, each once, in the module's order.
   const std::vector<torch::Tensor>& parameters() const { return params_; }
-  // A collective: every rank's `chunk` (S elements: shards() end to end)
-  // gathered and cut into tensors shaped like parameters().
-  std::vector<torch::Tensor> unflatten(const torch::Tensor& chunk) const;
   // This rank's chunk (S elements) of tensors shaped like parameters().
   torch::Tensor flatten(const std::vector<torch::Tensor>& whole) const;
   const ShardCollectives& collectives() const { return collectives_; }
   // Units: their count and the module paths that head them ("" for the root).
   std::vector<std::string> unit_names() const;
+  // Unit u's parameters, as indices into parameters(), in its flat buffer's order.
+  const std::vector<size_t>& unit_parameters(size_t u) const;
+  // Whether unit u's parameters hold their values on this rank (not freed).
+  bool unit_whole(size_t u) const;
+  // A collective: unit u's flat buffer (W * S_u elements) made of every
+  // rank's `chunk` of it (S_u elements: shards()[u], or a tensor shaped like
+  // it, an optimizer's state) on rank `root`; undefined on the others.
+  torch::Tensor gather_unit(size_t u, const torch::Tensor& chunk, int64_t root) const;
+  // The j-th of unit_parameters(u), shaped like its parameter, as a view of such a flat buffer.
+  torch::Tensor unit_parameter(size_t u, size_t j, const torch::Tensor& flat) const;
 
   // Collective: every unit's parameters whole (gathered where freed), until reshard().
   void unshard();

@@ -1,7 +1,9 @@
 #include <lightning_cpp/plugins/strategies/fsdp/fsdp.h>
 
 #include <cmath>
+#include <map>
 #include <utility>
+#include <unordered_map>
 #include <unordered_set>
 
 #include <lightning_cpp/core/check.h>
@@ -12,6 +14,8 @@
 namespace lt {
 
 namespace {
+
+using detail::DeferredUnit;
 
 // The tensors of one parameter's state in SGD, Adam and AdamW, in a fixed
 // order; an undefined one (SGD without momentum, Adam without amsgrad) is
@@ -45,35 +49,38 @@ Opt unsharded(const torch::optim::Optimizer& sharded, const FlatShard& flat) {
   return Opt(flat.parameters(), static_cast<const Options&>(sharded.param_groups()[0].options()));
 }
 
-// Every rank's chunk of the sharded optimizer's state (one state per unit's
-// shard), gathered and cut back into the module's parameters: the state dict
-// of the unsharded optimizer (ddp's).
+// The state dict of the unsharded optimizer (ddp's) that the sharded one
+// stands for: each parameter's state tensors are placeholders (alike on every
+// rank: the shards' states are made by the same steps), each unit's chunks
+// of a state tensor one DeferredUnit, gathered while the checkpoint is written.
 template <typename Opt, typename Options, typename State>
-c10::IValue consolidate(torch::optim::Optimizer& sharded, const FlatShard& flat) {
+c10::IValue consolidate(torch::optim::Optimizer& sharded, const FlatShard& flat, std::vector<DeferredUnit>& deferred) {
   Opt full = unsharded<Opt, Options>(sharded, flat);
-  // Alike on every rank: the shards' states are made by the same steps.
-  std::vector<const State*> chunks;
+  std::vector<const State*> chunks;  // by unit
   for (const auto& shard : flat.shards()) {
     auto it = sharded.state().find(optimizer_state_key(shard));
     if (it != sharded.state().end()) chunks.push_back(static_cast<const State*>(it->second.get()));
   }
   if (chunks.size() == flat.shards().size()) {
-    std::vector<std::vector<torch::Tensor>> slots;  // [slot][parameter]
-    for (size_t j = 0; j < state_tensors(*chunks[0]).size(); ++j) {
-      if (!state_tensors(*chunks[0])[j].defined()) {
-        slots.emplace_back(flat.parameters().size());
-        continue;
+    const size_t slots = state_tensors(*chunks[0]).size();
+    std::vector<std::vector<torch::Tensor>> tensors(flat.parameters().size(), std::vector<torch::Tensor>(slots));
+    for (size_t j = 0; j < slots; ++j) {
+      if (!state_tensors(*chunks[0])[j].defined()) continue;  // undefined for every parameter
+      for (size_t u = 0; u < chunks.size(); ++u) {
+        DeferredUnit unit{u, state_tensors(*chunks[u])[j], {}};
+        const std::vector<size_t>& params = flat.unit_parameters(u);
+        for (size_t k = 0; k < params.size(); ++k) {
+          torch::Tensor placeholder = deferred_tensor(flat.parameters()[params[k]].sizes(), unit.chunk.options());
+          tensors[params[k]][j] = placeholder;
+          unit.placeholders.emplace_back(k, std::move(placeholder));
+        }
+        deferred.push_back(std::move(unit));
       }
-      std::vector<torch::Tensor> parts;
-      for (const State* chunk : chunks) parts.push_back(state_tensors(*chunk)[j].reshape(-1));
-      slots.push_back(flat.unflatten(torch::cat(parts)));
     }
     for (size_t i = 0; i < flat.parameters().size(); ++i) {
       auto state = std::make_unique<State>();
       set_state_step(*state, state_step(*chunks[0]));
-      std::vector<torch::Tensor> tensors;
-      for (const auto& slot : slots) tensors.push_back(slot[i]);
-      set_state_tensors(*state, tensors);
+      set_state_tensors(*state, tensors[i]);
       full.state()[optimizer_state_key(flat.parameters()[i])] = std::move(state);
     }
   }
@@ -118,8 +125,9 @@ void reshard(torch::optim::Optimizer& sharded, const FlatShard& flat, const c10:
 
 struct Consolidate {
   template <typename Opt, typename Options, typename State>
-  static c10::IValue run(torch::optim::Optimizer& optimizer, const FlatShard& flat) {
-    return consolidate<Opt, Options, State>(optimizer, flat);
+  static c10::IValue run(torch::optim::Optimizer& optimizer, const FlatShard& flat,
+                         std::vector<DeferredUnit>* deferred) {
+    return consolidate<Opt, Options, State>(optimizer, flat, *deferred);
   }
 };
 struct Reshard {
@@ -209,13 +217,32 @@ OptimizerConfig FSDPStrategy::setup_optimizers(LightningModule& module) {
 std::string FSDPStrategy::sharding() const { return OptionCodec<ShardingStrategy>::show(options_.sharding_strategy()); }
 
 c10::Dict<std::string, torch::Tensor> FSDPStrategy::module_state(LightningModule& module) {
+  deferred_.clear();  // a checkpoint's dump starts here
   FlatShard* flat = flat_shard();
   if (flat == nullptr || flat->whole()) return ParallelStrategy::module_state(module);
-  auto scope = watch("all_gather of the sharded parameters (the module's state for a checkpoint)");
-  flat->unshard();
+  // A freed unit's parameters: placeholders, gathered while the file is written (save_checkpoint).
+  std::unordered_map<const c10::TensorImpl*, std::pair<size_t, size_t>> freed;  // parameter -> (unit, j)
+  for (size_t u = 0; u < flat->shards().size(); ++u) {
+    if (flat->unit_whole(u)) continue;
+    const std::vector<size_t>& params = flat->unit_parameters(u);
+    for (size_t j = 0; j < params.size(); ++j) freed[flat->parameters()[params[j]].unsafeGetTensorImpl()] = {u, j};
+  }
+  std::map<size_t, DeferredUnit> units;
   c10::Dict<std::string, torch::Tensor> state;
-  for (const auto& item : ParallelStrategy::module_state(module)) state.insert(item.key(), item.value().clone());
-  flat->reshard();
+  for (const auto& p : module.named_parameters(/*recurse=*/true)) {
+    auto it = freed.find(p.value().unsafeGetTensorImpl());
+    if (it == freed.end()) {
+      state.insert(p.key(), p.value().detach());
+      continue;
+    }
+    const auto [u, j] = it->second;
+    torch::Tensor placeholder = deferred_tensor(p.value().sizes(), p.value().options());
+    DeferredUnit& unit = units.try_emplace(u, DeferredUnit{u, flat->shards()[u], {}}).first->second;
+    unit.placeholders.emplace_back(j, placeholder);
+    state.insert(p.key(), placeholder);
+  }
+  for (const auto& b : module.named_buffers(/*recurse=*/true)) state.insert(b.key(), b.value().detach());
+  for (auto& [u, unit] : units) deferred_.push_back(std::move(unit));
   return state;
 }
 
@@ -255,8 +282,7 @@ void FSDPStrategy::on_train_end() {
 c10::IValue FSDPStrategy::optimizer_state(torch::optim::Optimizer& optimizer) {
   FlatShard* flat = flat_shard();
   if (flat == nullptr) return ParallelStrategy::optimizer_state(optimizer);
-  auto scope = watch("all_gather of the optimizer state (consolidated for a checkpoint)");
-  return with_optimizer_type<Consolidate>(optimizer, *flat);
+  return with_optimizer_type<Consolidate>(optimizer, *flat, &deferred_);
 }
 
 void FSDPStrategy::load_optimizer_state(torch::optim::Optimizer& optimizer, const c10::IValue& state,
@@ -264,6 +290,36 @@ void FSDPStrategy::load_optimizer_state(torch::optim::Optimizer& optimizer, cons
   FlatShard* flat = flat_shard();
   if (flat == nullptr) return ParallelStrategy::load_optimizer_state(optimizer, state, where);
   with_optimizer_type<Reshard>(optimizer, *flat, state, where);
+}
+
+void FSDPStrategy::save_checkpoint(const c10::IValue& checkpoint, const std::string& path) {
+  std::vector<DeferredUnit> deferred = std::exchange(deferred_, {});
+  if (deferred.empty()) return ParallelStrategy::save_checkpoint(checkpoint, path);
+  // Every rank sends its chunks unit by unit; global rank 0 writes each
+  // unit's values as they arrive (never the whole model in memory). Should
+  // the file fail before the gathers, rank 0 still takes part in them.
+  bool gathered = false;
+  auto values = [&](const DeferredWrite& write) {
+    auto scope = watch("gather of the sharded state to rank 0 (writing a checkpoint)");
+    gathered = true;
+    FlatShard& flat = *flat_shard();
+    for (const DeferredUnit& unit : deferred) {
+      const torch::Tensor full = flat.gather_unit(unit.unit, unit.chunk, /*root=*/0);
+      if (!full.defined()) continue;
+      for (const auto& [j, placeholder] : unit.placeholders) write(placeholder, flat.unit_parameter(unit.unit, j, full));
+    }
+  };
+  if (is_global_zero()) {
+    try {
+      atomic_pickle_save(checkpoint, path, values);
+    } catch (...) {
+      if (!gathered) values([](const torch::Tensor&, const torch::Tensor&) {});
+      throw;
+    }
+  } else {
+    values([](const torch::Tensor&, const torch::Tensor&) {});
+  }
+  barrier("save_checkpoint");
 }
 
 void FSDPStrategy::clip_gradients(torch::optim::Optimizer& optimizer, double clip_val,

@@ -24,15 +24,22 @@
 //   lt::Trainer trainer(lt::TrainerOptions().devices(2).strategy(std::make_shared<lt::FSDPStrategy>(
 //       lt::FSDPStrategyOptions().sharding_strategy(lt::ShardingStrategy::kFullShard))));
 //
-// Checkpoints are DDP's: the module's whole state_dict, and each optimizer's
-// state consolidated into LibTorch's archive of the unsharded optimizer (a
-// collective); loading reshards it, from a checkpoint of any world size or strategy.
+// Checkpoints are DDP's: the module's whole state_dict, and the optimizer's
+// state that of the unsharded optimizer in PyTorch's layout; loading
+// reshards it, from a checkpoint of any world size or strategy. They are
+// written streamed: in the dict a checkpoint's hooks see, the tensors a rank
+// holds only chunks of (freed parameters, the optimizer's state) are
+// placeholders (core/checkpoint_io.h's deferred_tensor: shape and dtype, no
+// bytes); save_checkpoint gathers them to global rank 0 a unit at a time
+// while it writes the file, so no rank holds the whole model or state.
 // Between epochs, during evaluation and after fit the module is whole.
 
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <lightning_cpp/core/options_table.h>
 #include <lightning_cpp/plugins/strategies/fsdp/flat_shard.h>
@@ -59,6 +66,17 @@ struct FSDPStrategyOptions {
 #undef LT_OPTION
 };
 
+namespace detail {
+// A tensor of a checkpoint that ranks hold in chunks, one unit of it: this
+// rank's chunk (S_u elements) and the placeholders standing for the unit's
+// parameters' values (by their place j in FlatShard::unit_parameters(unit)).
+struct DeferredUnit {
+  size_t unit;
+  torch::Tensor chunk;
+  std::vector<std::pair<size_t, torch::Tensor>> placeholders;
+};
+}  // namespace detail
+
 class FSDPStrategy : public ParallelStrategy {
  public:
   explicit FSDPStrategy(FSDPStrategyOptions options = {});
@@ -72,7 +90,7 @@ class FSDPStrategy : public ParallelStrategy {
   // Sharded: one optimizer (SGD, Adam or AdamW, one parameter group over the
   // module's trainable parameters), re-pointed at this rank's chunks (one per unit).
   OptimizerConfig setup_optimizers(LightningModule& module) override;
-  // FULL_SHARD: gathered for the call (a collective).
+  // FULL_SHARD: placeholders for the freed units' parameters (see above).
   c10::Dict<std::string, torch::Tensor> module_state(LightningModule& module) override;
   void load_module_state(LightningModule& module, const c10::Dict<std::string, torch::Tensor>& state) override;
   // FULL_SHARD: every rank evaluates the whole module (ranks evaluate different numbers of batches).
@@ -80,7 +98,7 @@ class FSDPStrategy : public ParallelStrategy {
   void on_evaluation_end() override;
   // FULL_SHARD: the module is whole after training.
   void on_train_end() override;
-  // Sharded: consolidated into the unsharded optimizer's archive (a collective).
+  // Sharded: the unsharded optimizer's state dict, its tensors placeholders (see above).
   c10::IValue optimizer_state(torch::optim::Optimizer& optimizer) override;
   void load_optimizer_state(torch::optim::Optimizer& optimizer, const c10::IValue& state,
                             const std::string& where) override;
@@ -88,6 +106,9 @@ class FSDPStrategy : public ParallelStrategy {
   void clip_gradients(torch::optim::Optimizer& optimizer, double clip_val, GradientClipAlgorithm algorithm) override;
   // Sharded: decided alike (the ranks' gradients differ before the reduction).
   bool all_finite(const std::vector<torch::Tensor>& tensors) override;
+  // Global rank 0 writes the file while every rank sends it the placeholders'
+  // values a unit at a time (collectives), then every rank waits for it.
+  void save_checkpoint(const c10::IValue& checkpoint, const std::string& path) override;
 
  protected:
   ParallelSettings parallel_settings() const override;
@@ -100,6 +121,8 @@ class FSDPStrategy : public ParallelStrategy {
 
   FSDPStrategyOptions options_;
   bool reshard_after_evaluation_ = false;
+  // The placeholders of the checkpoint being made (module_state, optimizer_state), for save_checkpoint.
+  std::vector<detail::DeferredUnit> deferred_;
 };
 
 }  // namespace lt
