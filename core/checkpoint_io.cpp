@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <future>
@@ -17,6 +18,7 @@
 #include <variant>
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -25,6 +27,7 @@
 #include <torch/csrc/jit/serialization/export.h>
 #include <torch/csrc/jit/serialization/import_read.h>
 #include <torch/csrc/jit/serialization/pickler.h>
+#include <torch/csrc/jit/serialization/unpickler.h>
 
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/files.h>
@@ -402,6 +405,7 @@ class CheckedCheckpoint : public caffe2::serialize::ReadAdapterInterface {
       ::close(fd_);
       corrupt(problem);
     }
+    map_file();
   }
   ~CheckedCheckpoint() override { ::close(fd_); }
 
@@ -440,6 +444,30 @@ class CheckedCheckpoint : public caffe2::serialize::ReadAdapterInterface {
       if (const std::string problem = crc_problem(record, static_cast<uint32_t>(c)); !problem.empty()) corrupt(problem);
       record.checked = true;
     }
+  }
+
+  // Record `name` of the archive (its first directory: "archive/data/0"'s
+  // "archive") as a view of the file mapped in memory, its CRC-32 checked;
+  // an undefined DataPtr where it cannot be (a record not stored, or not
+  // 64-byte aligned as torch.save and lightning-cpp write them; no mapping):
+  // the caller reads it then. A CRC mismatch sets problem() and throws.
+  at::DataPtr mapped_record(const std::string& name) const {
+    if (!mapping_ || records_.empty()) return at::DataPtr(nullptr, at::Device(at::kCPU));
+    const std::string& first = records_.begin()->second.name;
+    auto found = by_name_.find(first.substr(0, first.find('/') + 1) + name);
+    if (found == by_name_.end()) return at::DataPtr(nullptr, at::Device(at::kCPU));
+    const Record& record = records_.at(found->second);
+    if (!record.stored || found->second % 64 != 0 || record.size == 0) return at::DataPtr(nullptr, at::Device(at::kCPU));
+    char* data = mapping_->bytes + found->second;
+    if (!record.checked) {
+      if (std::string problem = crc_problem(record, crc(data, record.size)); !problem.empty()) {
+        problem_ = std::move(problem);
+        throw std::runtime_error(problem_);
+      }
+      record.checked = true;
+    }
+    return at::DataPtr(data, new std::shared_ptr<Mapping>(mapping_),
+                       [](void* keep) { delete static_cast<std::shared_ptr<Mapping>*>(keep); }, at::Device(at::kCPU));
   }
 
   const std::string& problem() const { return problem_; }
@@ -548,10 +576,35 @@ class CheckedCheckpoint : public caffe2::serialize::ReadAdapterInterface {
     return "";
   }
 
+  // The file mapped private and writable (copy on write: a loaded tensor
+  // changed in place changes a copy of its page, never the file). Its pages
+  // are read as they are touched, shared by every process loading the file,
+  // and dropped by the kernel under memory pressure, where a copy would be
+  // the process's own memory. A file is replaced by renaming, never cut in
+  // place, so the mapping stays whole.
+  struct Mapping {
+    char* bytes = nullptr;
+    size_t size = 0;
+    ~Mapping() {
+      if (bytes != nullptr) ::munmap(bytes, size);
+    }
+  };
+  void map_file() {
+    if (size_ == 0) return;
+    void* bytes = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd_, 0);
+    if (bytes == MAP_FAILED) return;  // read by copies then
+    mapping_ = std::make_shared<Mapping>();
+    mapping_->bytes = static_cast<char*>(bytes);
+    mapping_->size = size_;
+    for (const auto& [data, record] : records_) by_name_.emplace(record.name, data);
+  }
+
   std::string path_;
   int fd_ = -1;
   uint64_t size_ = 0;
   std::map<uint64_t, Record> records_;  // by the offset of their data
+  std::unordered_map<std::string, uint64_t> by_name_;
+  std::shared_ptr<Mapping> mapping_;
   mutable std::string problem_;
 };
 
@@ -562,12 +615,28 @@ void check_checkpoint_file(const std::string& path) { CheckedCheckpoint(path).ch
 c10::IValue pickle_load_file(const std::string& path) {
   auto file = std::make_shared<CheckedCheckpoint>(path);
   try {
-    // Each record is read once, into the tensor that keeps it: the file is
-    // never whole in memory besides.
+    // What torch::jit::readArchiveAndTensors does, each tensor's bytes a
+    // view of the mapped file (mapped_record; a copy where it cannot be):
+    // loading takes no memory of the process's own for the tensors.
     caffe2::serialize::PyTorchStreamReader reader(file);
     c10::IValue value;
     try {
-      value = torch::jit::readArchiveAndTensors("data", "", "", c10::nullopt, c10::nullopt, c10::nullopt, reader);
+      const auto [pickle, pickle_size] = reader.getRecord("data.pkl");
+      size_t pickle_read = 0;
+      auto read_pickle = [&, data = static_cast<const char*>(pickle.get()), size = pickle_size](char* buffer,
+                                                                                               size_t n) -> size_t {
+        n = std::min(n, size - pickle_read);
+        std::memcpy(buffer, data + pickle_read, n);
+        pickle_read += n;
+        return n;
+      };
+      auto read_record = [&](const std::string& key) -> at::DataPtr {
+        at::DataPtr mapped = file->mapped_record("data/" + key);
+        return mapped ? std::move(mapped) : std::get<0>(reader.getRecord("data/" + key));
+      };
+      torch::jit::Unpickler unpickler(read_pickle, nullptr, nullptr, read_record, c10::nullopt);
+      unpickler.set_version(reader.version());
+      value = unpickler.parse_ivalue();
     } catch (const std::exception& e) {
       if (!file->problem().empty()) file->corrupt(file->problem());  // a record failed its CRC-32
       // LibTorch 1.13's unpickler cannot read collections.OrderedDict (what

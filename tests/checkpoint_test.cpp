@@ -693,6 +693,37 @@ TEST_F(CheckpointTest, PlaceholdersAreWrittenAsTheirValuesArrive) {
   EXPECT_EQ(handed, 2);
 }
 
+// A load maps the file: its tensors are copy-on-write views of the file's
+// pages (shared, and dropped by the kernel under pressure), not the
+// process's own memory. Loading a 64 MB checkpoint adds far less than that
+// to the process's own (anonymous) memory while it is held; a loaded tensor
+// changed in place changes neither the file nor a second load of it.
+TEST_F(CheckpointTest, ALoadMapsTheFileCopyOnWrite) {
+  auto status_kb = [](const std::string& key) {
+    std::ifstream status("/proc/self/status");
+    std::string line;
+    while (std::getline(status, line)) {
+      if (line.rfind(key + ":", 0) == 0) return std::atoll(line.c_str() + key.size() + 1);
+    }
+    return 0LL;
+  };
+  torch::manual_seed(1);
+  c10::Dict<std::string, torch::Tensor> state;
+  for (int i = 0; i < 4; ++i) state.insert("w" + std::to_string(i), torch::randn({4 << 20}));  // 16 MB each
+  const std::string path = (dir_ / "mapped.pt").string();
+  lt::atomic_pickle_save(state, path);
+  const std::string bytes = read_file(path);
+  const long long before = status_kb("RssAnon");
+  c10::IValue loaded = lt::pickle_load_file(path);
+  const long long added = status_kb("RssAnon") - before;
+  EXPECT_LT(added, 16 * 1024) << "kB of the process's own memory for a 64 MB checkpoint";
+  torch::Tensor w0 = loaded.toGenericDict().at("w0").toTensor();
+  EXPECT_TRUE(w0.equal(state.at("w0")));
+  w0.add_(1);
+  EXPECT_EQ(read_file(path), bytes);
+  EXPECT_TRUE(lt::pickle_load_file(path).toGenericDict().at("w0").toTensor().equal(state.at("w0")));
+}
+
 // -- hostile file systems (hardening) ---------------------------------------------
 
 }  // namespace

@@ -18,6 +18,14 @@ def peak_kb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
+def status_kb(key):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    return 0
+
+
 def main(role, hidden, ckpt, out):
     hidden = int(hidden)
     torch.manual_seed(0)
@@ -42,15 +50,15 @@ def main(role, hidden, ckpt, out):
             seconds.append(time.perf_counter() - start)
         after = peak_kb()
     else:
-        before = peak_kb()
+        before, anon = peak_kb(), status_kb("RssAnon")
         start = time.perf_counter()
         loaded = torch.load(ckpt)
         model.load_state_dict(loaded["state_dict"])
         optimizer.load_state_dict(loaded["optimizer"])
         seconds = [time.perf_counter() - start]
-        after = peak_kb()
+        after, anon = peak_kb(), status_kb("RssAnon") - anon  # the loaded checkpoint still held
     with open(out, "w") as f:
-        f.write(f"{before} {after} {min(seconds)} {os.path.getsize(ckpt)} 0\n")
+        f.write(f"{before} {after} {min(seconds)} {os.path.getsize(ckpt)} 0 {anon}\n")
 
 
 if __name__ == "__main__":

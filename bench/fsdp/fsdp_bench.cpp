@@ -13,8 +13,9 @@
 // --headline DIR: a model ddp cannot hold on this machine (what ddp would
 // need, 16 bytes per parameter per rank with Adam, is printed beside the
 // machine's memory) trains under FULL_SHARD only, saves a full checkpoint at
-// its last step (ModelCheckpoint, to DIR: the peak includes it) and once
-// more after fit (timed); the file's records are then CRC-checked.
+// its last step (ModelCheckpoint, to DIR: timed, and the peak includes it);
+// the file's records are then CRC-checked, and a second run resumes from it
+// for one more step.
 //
 //   fsdp_bench [--dim D] [--blocks N] [--batch B] [--steps N] [--reps R] [--headline DIR]
 #include <malloc.h>
@@ -83,8 +84,10 @@ class MemoryTimer : public lt::bench::StepTimer {
     if (std::getenv("LT_BENCH_TRIM") != nullptr) ::malloc_trim(0);
     trace(trainer, "batch end");
     training_peak_kb = status_kb("VmHWM");  // before fit's end makes a sharded module whole again
+    anon_kb = std::max(anon_kb, status_kb("RssAnon"));
   }
   int64_t training_peak_kb = 0;
+  int64_t anon_kb = 0;  // the process's own memory (no mapped file's pages) at its highest step end
 
  private:
   static void trace(lt::Trainer& trainer, const char* where) {
@@ -93,6 +96,20 @@ class MemoryTimer : public lt::bench::StepTimer {
                  static_cast<long long>(trainer.global_step()), static_cast<long long>(status_kb("VmRSS") / 1024),
                  static_cast<long long>(status_kb("VmHWM") / 1024));
   }
+};
+
+// The headline's checkpoint at the last step, timed (ModelCheckpoint saves every n steps after the optimizer step).
+class TimedCheckpoint : public lt::ModelCheckpoint {
+ public:
+  using ModelCheckpoint::ModelCheckpoint;
+  void on_after_optimizer_step(lt::Trainer& trainer, lt::LightningModule& module) override {
+    const auto start = std::chrono::steady_clock::now();
+    ModelCheckpoint::on_after_optimizer_step(trainer, module);
+    save_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    peak_kb = status_kb("VmHWM");  // with the save, before fit's end makes the module whole
+  }
+  double save_s = 0;
+  int64_t peak_kb = 0;
 };
 
 // A worker (LT_BENCH_ROLE set): trains, then writes "base_kb peak_kb steps_per_s" to LT_BENCH_OUT.rank.
@@ -110,53 +127,62 @@ int worker_main(const Args& args) {
   const int64_t n = world * args.batch * (args.warmup + args.steps);
   auto dataset = std::make_shared<lt::TensorDataset>(torch::randn({n, args.dim}), torch::rand({n, args.dim}));
   auto loader = std::make_shared<lt::DataLoader>(dataset, lt::DataLoaderOptions(args.batch));
+  // The headline's resume: one more step from the checkpoint it saved.
+  const char* resume = std::getenv("LT_BENCH_RESUME");
   auto timer = std::make_shared<MemoryTimer>(args.warmup);
   std::vector<std::shared_ptr<lt::Callback>> callbacks{timer};
-  if (!args.headline.empty()) {  // a full checkpoint at the last step, with the parameters sharded
-    callbacks.push_back(std::make_shared<lt::ModelCheckpoint>(
-        lt::ModelCheckpointOptions().dirpath(args.headline).every_n_train_steps(args.warmup + args.steps)));
+  std::shared_ptr<TimedCheckpoint> checkpoint;
+  if (!args.headline.empty() && resume == nullptr) {  // a full checkpoint at the last step, the parameters sharded
+    checkpoint = std::make_shared<TimedCheckpoint>(
+        lt::ModelCheckpointOptions().dirpath(args.headline).every_n_train_steps(args.warmup + args.steps));
+    callbacks.push_back(checkpoint);
   }
   lt::Trainer trainer(lt::TrainerOptions()
                           .strategy(strategy)
                           .devices(world)
-                          .max_steps(args.warmup + args.steps)
+                          .max_steps(args.warmup + args.steps + (resume != nullptr ? 1 : 0))
                           .callbacks(callbacks)
                           .enable_progress_bar(false)
                           .enable_model_summary(false)
                           .default_logger(false)
                           .num_sanity_val_steps(0)
                           .default_root_dir(std::filesystem::temp_directory_path().string()));
-  trainer.fit(std::make_shared<StackNet>(args.dim, args.blocks), loader);
-  double save_s = 0;
-  if (!args.headline.empty()) {
-    const auto start = std::chrono::steady_clock::now();
-    trainer.save_checkpoint(args.headline + "/after_fit.ckpt");
-    save_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  trainer.fit(std::make_shared<StackNet>(args.dim, args.blocks), loader, nullptr, resume != nullptr ? resume : "");
+  const double save_s = checkpoint ? checkpoint->save_s : 0.0;
+  double sps = timer->steps_per_s();
+  if (checkpoint) {
+    timer->training_peak_kb = std::max(timer->training_peak_kb, checkpoint->peak_kb);
+    sps = static_cast<double>(args.steps) / (static_cast<double>(args.steps) / sps - save_s);  // the save apart
   }
   std::ofstream(std::string(std::getenv("LT_BENCH_OUT")) + "." + std::getenv("RANK"))
-      << base << " " << status_kb("VmHWM") << " " << timer->steps_per_s() << " " << timer->training_peak_kb << " "
-      << save_s << "\n";
+      << base << " " << status_kb("VmHWM") << " " << sps << " " << timer->training_peak_kb << " "
+      << save_s << " " << timer->anon_kb << "\n";
   return 0;
 }
 
 struct Result {
   double save_s = 0;    // rank 0's (--headline)
+  int64_t anon_kb = 0;  // the ranks' highest own memory at a step's end
   int64_t base_kb = 0;  // the ranks' highest
   int64_t peak_kb = 0;  // the whole run's (fsdp: with the module whole again at fit's end)
   int64_t training_peak_kb = 0;  // at the last step's end
   double sps = 0;  // rank 0's
 };
 
-Result run_workers(const std::string& role, int world) {
+Result run_workers(const std::string& role, int world, const std::string& resume = "") {
   const std::string out =
       (std::filesystem::temp_directory_path() / ("lt_fsdp_bench_" + std::to_string(::getpid()) + "_" + role)).string();
-  if (!lt::bench::run_ranks(world, {{"LT_BENCH_ROLE", role}, {"LT_BENCH_OUT", out}}, "fsdp_bench: " + role)) return {};
+  std::map<std::string, std::string> env{{"LT_BENCH_ROLE", role}, {"LT_BENCH_OUT", out}};
+  if (!resume.empty()) env["LT_BENCH_RESUME"] = resume;
+  if (!lt::bench::run_ranks(world, env, "fsdp_bench: " + role)) return {};
   Result result;
   for (int r = 0; r < world; ++r) {
     const std::string file = out + "." + std::to_string(r);
     int64_t base = 0, peak = 0, training_peak = 0;
     double sps = 0, save_s = 0;
-    std::ifstream(file) >> base >> peak >> sps >> training_peak >> save_s;
+    int64_t anon = 0;
+    std::ifstream(file) >> base >> peak >> sps >> training_peak >> save_s >> anon;
+    result.anon_kb = std::max(result.anon_kb, anon);
     std::filesystem::remove(file);
     result.base_kb = std::max(result.base_kb, base);
     result.peak_kb = std::max(result.peak_kb, peak);
@@ -179,8 +205,8 @@ int headline(const Args& args, int64_t params, int world) {
   const Result r = run_workers("FULL_SHARD", world);
   if (r.sps == 0) return 1;
   const auto mb = [](int64_t kb) { return static_cast<double>(kb) / 1024; };
-  std::printf("FULL_SHARD: trained %lld steps at %.3f steps/s; peak per rank %.0f MB with a full checkpoint saved "
-              "at the last step (the run's peak, fit's end making the module whole included: %.0f MB)\n",
+  std::printf("FULL_SHARD: trained %lld steps at %.3f steps/s; peak per rank %.0f MB, the full checkpoint saved at "
+              "the last step included (the run's, with fit's end making the module whole: %.0f MB)\n",
               static_cast<long long>(args.warmup + args.steps), r.sps, mb(r.training_peak_kb), mb(r.peak_kb));
   for (const auto& entry : std::filesystem::directory_iterator(args.headline)) {
     const auto start = std::chrono::steady_clock::now();
@@ -189,7 +215,14 @@ int headline(const Args& args, int64_t params, int world) {
     std::printf("  %s: %.2f GB, every record's CRC-32 checked in %.1f s\n", entry.path().filename().c_str(),
                 static_cast<double>(std::filesystem::file_size(entry.path())) / gb, check_s);
   }
-  std::printf("  the save after fit took %.1f s on rank 0\n", r.save_s);
+  std::printf("  the save took %.1f s on rank 0\n", r.save_s);
+  std::fflush(stdout);
+  const std::string saved = args.headline + "/epoch=0-step=" + std::to_string(args.warmup + args.steps) + ".ckpt";
+  const Result resumed = run_workers("FULL_SHARD", world, saved);
+  if (resumed.peak_kb == 0) return 1;
+  std::printf("resumed from it under FULL_SHARD for one more step: peak per rank %.0f MB (the run's, with the "
+              "checkpoint's mapped pages, which both ranks share); own memory (RssAnon) %.0f MB at the step's end\n",
+              mb(resumed.peak_kb), mb(resumed.anon_kb));
   return 0;
 }
 
