@@ -14,6 +14,8 @@
 //    "rng_states": {"torch": uint8 tensor},           # torch's CPU generator
 //    "lr_scheduler_epoch_step_pending": bool,          # see restore_checkpoint
 //    "epoch_iteration": int,                           # mid-epoch: iterations done
+//    "world_size": int,                                # the ranks that wrote it
+//    "epoch_samples": {...},                           # mid-epoch: the samples trained (data/epoch_samples.h)
 //    "logger": {...}}                                  # Logger::state_dict (rank 0's)
 // Callbacks add to it in on_save_checkpoint; Python reads it with torch.load
 // and `ckpt["state_dict"]` is what nn.Module.load_state_dict takes.

@@ -124,6 +124,7 @@ struct Get {
   const std::string& where;
   const torch::Tensor* parameter;  // null for a group's options
   std::vector<std::string>* names = nullptr;  // the names visited
+  bool copy = true;  // tensors copied (else the given ones, where dtype and device fit)
   const c10::IValue* find(const char* name) const {
     if (names != nullptr) names->emplace_back(name);
     auto it = in.find(name);
@@ -170,7 +171,8 @@ struct Get {
     const torch::Tensor& t = v->toTensor();
     LT_CHECK_VALUE(t.sizes() == parameter->sizes(), where, ".", name, " has shape ", t.sizes(),
                    " but its parameter has shape ", parameter->sizes(), " (the state of another model?)");
-    value = t.is_floating_point() ? t.to(parameter->device(), parameter->scalar_type()) : t.to(parameter->device());
+    value = t.to(parameter->device(), t.is_floating_point() ? parameter->scalar_type() : t.scalar_type(),
+                 /*non_blocking=*/false, copy);
   }
 };
 
@@ -202,7 +204,7 @@ c10::IValue to_dict(Optimizer& optimizer) {
 }
 
 template <typename Options, typename State>
-void from_dict(Optimizer& optimizer, const c10::impl::GenericDict& dict, const std::string& where) {
+void from_dict(Optimizer& optimizer, const c10::impl::GenericDict& dict, const std::string& where, bool copy) {
   LT_CHECK_VALUE(dict.contains("state") && dict.at("state").isGenericDict() && dict.contains("param_groups") &&
                      is_sequence(dict.at("param_groups")),
                  where, " holds no optimizer state dict ({\"state\": {...}, \"param_groups\": [...]})");
@@ -243,7 +245,7 @@ void from_dict(Optimizer& optimizer, const c10::impl::GenericDict& dict, const s
       const StateDict fields = it->value().toGenericDict();
       auto s = std::make_unique<State>();
       std::vector<std::string> names;
-      visit(*s, Get{fields, entry, &p, &names});
+      visit(*s, Get{fields, entry, &p, &names, copy});
       for (const auto& field : fields) {
         const std::string name = field.key().isString() ? field.key().toStringRef() : c10::str(field.key());
         LT_CHECK_VALUE(std::find(names.begin(), names.end(), name) != names.end(), entry, " has '", name,
@@ -285,8 +287,8 @@ struct Dump {
 };
 struct Load {
   template <typename Options, typename State>
-  static bool run(Optimizer& optimizer, const c10::impl::GenericDict& dict, const std::string& where) {
-    from_dict<Options, State>(optimizer, dict, where);
+  static bool run(Optimizer& optimizer, const c10::impl::GenericDict& dict, const std::string& where, bool copy) {
+    from_dict<Options, State>(optimizer, dict, where, copy);
     return true;
   }
 };
@@ -303,11 +305,11 @@ c10::IValue optimizer_state_dict(Optimizer& optimizer) {
   return optimizer_to_bytes(optimizer);
 }
 
-void load_optimizer_state_dict(Optimizer& optimizer, const c10::IValue& state, const std::string& where) {
+void load_optimizer_state_dict(Optimizer& optimizer, const c10::IValue& state, const std::string& where, bool copy) {
   if (state.isTensor()) return optimizer_from_bytes(optimizer, state.toTensor());  // LibTorch's archive
   LT_CHECK_VALUE(state.isGenericDict(), where, " must be an optimizer state dict or LibTorch's archive bytes, got a ",
                  state.tagKind());
-  LT_CHECK_VALUE(with_known_type<Load>(optimizer, state.toGenericDict(), where), where,
+  LT_CHECK_VALUE(with_known_type<Load>(optimizer, state.toGenericDict(), where, copy), where,
                  " is PyTorch's layout, which lightning-cpp reads for SGD, Adam, AdamW, RMSprop and Adagrad; "
                  "this optimizer is none of them");
 }

@@ -26,8 +26,13 @@ c10::IValue optimizer_state_dict(torch::optim::Optimizer& optimizer);
 // checkpoint before this layout) holds. A mismatch (groups, parameters,
 // shapes, another optimizer's names) is a ValueError naming `where` (e.g.
 // "checkpoint 'last.ckpt': optimizer") and the entry; the optimizer is as it
-// was then.
-void load_optimizer_state_dict(torch::optim::Optimizer& optimizer, const c10::IValue& state, const std::string& where);
+// was then. The optimizer's state is a copy of the given tensors (a loaded
+// checkpoint's are views of its mapped file, which would otherwise stay
+// mapped, and a replaced file's disk space in use, for as long as the run);
+// copy false keeps the given tensors where dtype and device fit (a caller
+// that copies what it keeps of a temporary optimizer).
+void load_optimizer_state_dict(torch::optim::Optimizer& optimizer, const c10::IValue& state, const std::string& where,
+                               bool copy = true);
 
 // The key of a parameter's state in LibTorch's optimizer.state().
 std::string optimizer_state_key(const torch::Tensor& parameter);

@@ -19,6 +19,7 @@ void dump_training_state(StateDict& ckpt, Strategy& strategy, LightningModule& m
   ckpt.insert("epoch", state.current_epoch);
   ckpt.insert("epoch_finished", state.epoch_ended);
   ckpt.insert("global_step", state.global_step);
+  ckpt.insert("world_size", strategy.world_size());
   // Mid-epoch: where the epoch is, so that a resumed run goes on from there
   // (the loader's order is fixed by its seed and the epoch).
   if (state.stage == Stage::kTrain && !state.epoch_ended) ckpt.insert("epoch_iteration", state.epoch_iteration);

@@ -41,4 +41,22 @@ std::vector<int64_t> PaddedSampler::indices(int64_t epoch) const {
   return out;
 }
 
+RemainderSampler::RemainderSampler(std::shared_ptr<Sampler> inner, int64_t epoch,
+                                   const std::vector<int64_t>& remaining, int64_t rank, int64_t world_size, bool pad,
+                                   std::vector<uint8_t> trained)
+    : inner_(std::move(inner)), epoch_(epoch), trained_(std::move(trained)) {
+  LT_CHECK(inner_ != nullptr && world_size > 0 && rank >= 0 && rank < world_size, "RemainderSampler: rank ", rank,
+           " of ", world_size);
+  for (size_t i = static_cast<size_t>(rank); i < remaining.size(); i += static_cast<size_t>(world_size)) {
+    mine_.push_back(remaining[i]);
+  }
+  const size_t longest = (remaining.size() + static_cast<size_t>(world_size) - 1) / static_cast<size_t>(world_size);
+  const size_t own = mine_.size();
+  for (size_t i = 0; pad && own > 0 && mine_.size() < longest; ++i) mine_.push_back(mine_[i % own]);
+}
+
+std::vector<int64_t> RemainderSampler::indices(int64_t epoch) const {
+  return epoch == epoch_ ? mine_ : inner_->indices(epoch);
+}
+
 }  // namespace lt

@@ -50,6 +50,28 @@ class PaddedSampler : public Sampler {
   int64_t num_samples_;
 };
 
+// The rest of one epoch after a resume on another world size
+// (data/epoch_samples.h): for `epoch`, this rank's share of the samples the
+// checkpoint's run had not trained, `remaining[rank :: world_size]` (padded
+// by repeating its start to the longest share where `pad`); for other
+// epochs, `inner`'s indices. `trained` (a flag per dataset index) is what
+// the run before the resume trained of that epoch.
+class RemainderSampler : public Sampler {
+ public:
+  RemainderSampler(std::shared_ptr<Sampler> inner, int64_t epoch, const std::vector<int64_t>& remaining,
+                   int64_t rank, int64_t world_size, bool pad, std::vector<uint8_t> trained);
+  std::vector<int64_t> indices(int64_t epoch) const override;
+  const std::shared_ptr<Sampler>& inner() const { return inner_; }
+  int64_t epoch() const { return epoch_; }
+  const std::vector<uint8_t>& trained() const { return trained_; }
+
+ private:
+  std::shared_ptr<Sampler> inner_;
+  int64_t epoch_;
+  std::vector<int64_t> mine_;
+  std::vector<uint8_t> trained_;
+};
+
 // randperm(n) with a CPU generator seeded `seed`, as PyTorch computes it.
 std::vector<int64_t> seeded_permutation(int64_t n, uint64_t seed);
 

@@ -4,6 +4,7 @@
 
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/training_state.h>
+#include <lightning_cpp/data/epoch_samples.h>
 #include <lightning_cpp/trainer/trainer.h>
 
 namespace lt {
@@ -12,6 +13,9 @@ StateDict Trainer::dump_checkpoint() {
   LT_CHECK(module_ != nullptr, "Trainer::dump_checkpoint: no module is attached (call it during a run)");
   StateDict ckpt = new_state_dict();
   dump_training_state(ckpt, *strategy_, *module_, optim_, state_);
+  if (fit_loader_ != nullptr) {
+    if (auto samples = epoch_samples_state(*fit_loader_, state_, *strategy_)) ckpt.insert("epoch_samples", *samples);
+  }
   StateDict callbacks = new_state_dict();
   for (const auto& cb : options_.callbacks()) callbacks.insert(cb->state_key(), cb->state_dict());
   ckpt.insert("callbacks", callbacks);
@@ -38,7 +42,7 @@ void Trainer::save_checkpoint(const std::string& path) {
   strategy_->save_checkpoint(dump_checkpoint(), path);
 }
 
-void Trainer::restore_checkpoint(const std::string& path) {
+StateDict Trainer::restore_checkpoint(const std::string& path) {
   LT_CHECK(module_ != nullptr, "Trainer::restore_checkpoint: no module is attached");
   const c10::IValue loaded = pickle_load_file(path);
   const StateDict raw = restore_training_state(loaded, path, *strategy_, *module_, optim_, state_);
@@ -54,6 +58,7 @@ void Trainer::restore_checkpoint(const std::string& path) {
   }
   for (const auto& cb : options_.callbacks()) cb->on_load_checkpoint(*this, *module_, to_state(loaded));
   module_->on_load_checkpoint(to_state(loaded));
+  return raw;
 }
 
 }  // namespace lt

@@ -13,6 +13,7 @@
 #include <lightning_cpp/core/registry.h>
 #include <lightning_cpp/core/signals.h>
 #include <lightning_cpp/data/data_loader.h>
+#include <lightning_cpp/data/epoch_samples.h>
 #include <lightning_cpp/data/sampler.h>
 #include <lightning_cpp/loggers/tensorboard.h>
 #include <lightning_cpp/plugins/environments/cluster_environment.h>
@@ -195,6 +196,10 @@ bool Trainer::overfits() const {
 
 std::shared_ptr<DataLoader> Trainer::prepare_loader(std::shared_ptr<DataLoader> loader, Stage stage) {
   if (!loader) return loader;
+  // The rest of an epoch an earlier run dealt out after a resume (data/epoch_samples.h): its own sampler back.
+  if (const auto* rest = dynamic_cast<const RemainderSampler*>(loader->sampler().get())) {
+    loader->set_sampler(rest->inner());
+  }
   const bool shuffles = dynamic_cast<const RandomSampler*>(loader->sampler().get()) != nullptr;
   if (overfits() && (stage == Stage::kTrain || stage == Stage::kValidate) && shuffles) {
     const char* which = stage == Stage::kTrain ? "training" : "validation";
@@ -309,6 +314,10 @@ void Trainer::fit_stage(const std::shared_ptr<LightningModule>& module, const st
   strategy_->setup_environment(options_);
   std::optional<SignalGuard> signals;
   if (options_.handle_signals()) signals.emplace();
+  struct ForgetLoader {
+    std::shared_ptr<DataLoader>& loader;
+    ~ForgetLoader() { loader = nullptr; }
+  } forget{fit_loader_};  // after fail(), whose interrupted.ckpt records the epoch's samples
   run_stage(module, Stage::kTrain, restarted ? "last" : ckpt_path, data, [&](Run& run, RunData& run_data) {
     std::shared_ptr<DataLoader>& train = run_data.loader;
     std::shared_ptr<DataLoader>& val = run_data.val;
@@ -332,8 +341,12 @@ void Trainer::fit_stage(const std::shared_ptr<LightningModule>& module, const st
 
     run.hooks.call(&Callback::on_fit_start);
     module->on_fit_start();
+    fit_loader_ = train;
     const std::string resume_from = resolve_ckpt_path(ckpt_path, run, restarted);
-    if (!resume_from.empty()) restore_checkpoint(resume_from);
+    if (!resume_from.empty()) {
+      const StateDict restored = restore_checkpoint(resume_from);
+      resume_epoch_samples(*train, restored, resume_from, state_, *strategy_, options_.accumulate_grad_batches());
+    }
     if (ctx.logger != nullptr) ctx.logger->log_hyperparams(hparams);
     fit_loop_->run(ctx, *train, val.get());
     run.hooks.call(&Callback::on_fit_end);

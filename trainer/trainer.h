@@ -95,7 +95,8 @@ class Trainer {
   // Everything a resume needs; see core/checkpoint_io.h for the layout.
   StateDict dump_checkpoint();
   void save_checkpoint(const std::string& path);
-  void restore_checkpoint(const std::string& path);
+  // Returns the checkpoint's dict.
+  StateDict restore_checkpoint(const std::string& path);
 
   // -- loops (replaceable) -----------------------------------------------------
   FitLoop& fit_loop() { return *fit_loop_; }
@@ -145,6 +146,9 @@ class Trainer {
   std::optional<std::string> agreed_log_dir_;  // rank 0's log_dir(), with several ranks
   LightningModule* module_ = nullptr;
   OptimizerConfig optim_;
+  // fit's training data while fit runs (its failure path included): which
+  // samples of the epoch a checkpoint's run trained (data/epoch_samples.h).
+  std::shared_ptr<DataLoader> fit_loader_;
   std::map<Stage, ResultCollection> results_;
   std::shared_ptr<FitLoop> fit_loop_;
   std::shared_ptr<EvaluationLoop> evaluation_loop_;

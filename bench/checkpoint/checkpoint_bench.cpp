@@ -228,6 +228,7 @@ void keep_best(Measure& best, const Measure& m) {
     best.before_kb = m.before_kb;
     best.after_kb = m.after_kb;
   }
+  if (best.anon_kb == 0 || m.anon_kb < best.anon_kb) best.anon_kb = m.anon_kb;
   best.bytes = m.bytes;
 }
 

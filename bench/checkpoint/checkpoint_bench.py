@@ -48,7 +48,7 @@ def main(role, hidden, ckpt, out):
                 os.fsync(f.fileno())
             os.rename(ckpt + ".tmp", ckpt)
             seconds.append(time.perf_counter() - start)
-        after = peak_kb()
+        after, anon = peak_kb(), 0  # a save's own memory is not measured
     else:
         before, anon = peak_kb(), status_kb("RssAnon")
         start = time.perf_counter()

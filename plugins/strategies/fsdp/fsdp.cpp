@@ -92,7 +92,7 @@ template <typename Opt, typename Options, typename State>
 void reshard(torch::optim::Optimizer& sharded, const FlatShard& flat, const c10::IValue& state,
              const std::string& where) {
   Opt full = unsharded<Opt, Options>(sharded, flat);
-  load_optimizer_state_dict(full, state, where);
+  load_optimizer_state_dict(full, state, where, /*copy=*/false);  // this rank's chunks are copied below
   sharded.param_groups()[0].set_options(full.param_groups()[0].options().clone());
   for (const auto& shard : flat.shards()) sharded.state().erase(optimizer_state_key(shard));
   auto first = full.state().find(optimizer_state_key(flat.parameters()[0]));
