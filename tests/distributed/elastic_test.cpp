@@ -65,7 +65,10 @@ LT_TEST_WORKER(ElasticPhase) {
                      .default_root_dir(dir)
                      .callbacks({std::make_shared<lt::ModelCheckpoint>(
                          lt::ModelCheckpointOptions().dirpath(dir + "/ckpts").every_n_train_steps(1).save_top_k(-1))});
-  if (world > 1) {
+  if (world > 1 && env_str("LT_STRATEGY") == "fsdp") {
+    options.strategy(std::make_shared<lt::FSDPStrategy>(
+        lt::FSDPStrategyOptions().process_group_timeout(std::chrono::seconds(30))));
+  } else if (world > 1) {
     options.strategy(std::make_shared<lt::DDPStrategy>(
         lt::DDPStrategyOptions().process_group_timeout(std::chrono::seconds(30))));
   }
@@ -100,34 +103,38 @@ std::map<int64_t, std::vector<int64_t>> trained_per_epoch(const std::filesystem:
   return out;
 }
 
-}  // namespace
-
 // 2 ranks train 2 steps of epoch 0 (8 of 23 samples), 1 process resumes from
 // that checkpoint for 3 steps (6 more), 3 ranks resume from its checkpoint
 // and train the rest of epoch 0 (9 samples: 3 per rank) and epoch 1. Each
-// epoch's trained samples are the 23, each once.
-TEST(Elastic, AnEpochResumedOnOneThenThreeRanksTrainsEverySampleOnce) {
-  const auto dir = std::filesystem::temp_directory_path() / ("lt_elastic_" + std::to_string(::getpid()));
+// epoch's trained samples are the 23, each once. Under ddp, and under fsdp
+// (FULL_SHARD: its checkpoints resharded from 2 ranks to 1 and from 1 to 3).
+void expect_every_sample_once(const std::string& strategy) {
+  const auto dir = std::filesystem::temp_directory_path() / ("lt_elastic_" + strategy + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string ckpts = (dir / "ckpts").string();
   expect_workers_pass("ElasticPhase", 2, std::chrono::seconds(60),
-                      {{"LT_DIR", dir.string()}, {"LT_PHASE", "1"}, {"LT_MAX_STEPS", "2"}});
+                      {{"LT_DIR", dir.string()}, {"LT_PHASE", "1"}, {"LT_MAX_STEPS", "2"}, {"LT_STRATEGY", strategy}});
   expect_workers_pass("ElasticPhase", 1, std::chrono::seconds(60),
                       {{"LT_DIR", dir.string()}, {"LT_PHASE", "2"}, {"LT_MAX_STEPS", "5"},
                        {"LT_RESUME", ckpts + "/epoch=0-step=2.ckpt"}});
   expect_workers_pass("ElasticPhase", 3, std::chrono::seconds(60),
                       {{"LT_DIR", dir.string()}, {"LT_PHASE", "3"}, {"LT_MAX_STEPS", "-1"},
-                       {"LT_RESUME", ckpts + "/epoch=0-step=5.ckpt"}});
+                       {"LT_RESUME", ckpts + "/epoch=0-step=5.ckpt"}, {"LT_STRATEGY", strategy}});
   std::vector<int64_t> all(kSamples);
   for (int64_t i = 0; i < kSamples; ++i) all[static_cast<size_t>(i)] = i;
   auto trained = trained_per_epoch(dir);
   ASSERT_EQ(trained.size(), 2u);
   for (auto& [epoch, samples] : trained) {
     std::sort(samples.begin(), samples.end());
-    EXPECT_EQ(samples, all) << "epoch " << epoch;
+    EXPECT_EQ(samples, all) << strategy << ", epoch " << epoch;
   }
   std::filesystem::remove_all(dir);
 }
+
+}  // namespace
+
+TEST(Elastic, AnEpochResumedOnOneThenThreeRanksTrainsEverySampleOnce) { expect_every_sample_once("ddp"); }
+TEST(Elastic, AnFsdpEpochResumedOnOneThenThreeRanksTrainsEverySampleOnce) { expect_every_sample_once("fsdp"); }
 
 // Per-rank data the run keeps as given (use_distributed_sampler false):
 // which samples are left cannot be dealt out on another world size, so a
