@@ -72,15 +72,23 @@ bool resume_epoch_samples(DataLoader& loader, const StateDict& ckpt, const std::
   if (!ckpt.contains("epoch_iteration")) return false;  // an epoch's end: the next epoch is sharded as always
   const int64_t world = strategy.world_size();
   // Checkpoints from before "world_size": taken as written by as many ranks.
-  const int64_t saved_world = ckpt.contains("world_size") ? ckpt.at("world_size").toInt() : world;
+  const c10::IValue saved = ckpt.contains("world_size") ? ckpt.at("world_size") : c10::IValue(world);
+  LT_CHECK_VALUE(saved.isInt() && saved.toInt() > 0, "checkpoint '", path, "': world_size must be a positive int");
+  const int64_t saved_world = saved.toInt();
   if (saved_world == world) return false;  // the same shards: the epoch goes on where it stopped
   LT_CHECK_VALUE(ckpt.contains("epoch_samples"), "checkpoint '", path, "' was written mid-epoch by ", saved_world,
                  " ranks and this run has ", world, ", but it records no samples of epoch ", state.current_epoch,
-                 " (its run's training data was a stream, each rank's own data as given, or had a sampler or batch sampler of ",
-                 "its own), so what is ",
-                 "left of the epoch is not known; resume on ", saved_world,
+                 " (its run's training data was a stream, each rank's own data as given, or had a sampler or ",
+                 "batch sampler of its own), so what is left of the epoch is not known; resume on ", saved_world,
                  " ranks, or from a checkpoint of an epoch's end");
-  const StateDict record = ckpt.at("epoch_samples").toGenericDict();
+  const c10::IValue& samples = ckpt.at("epoch_samples");
+  const bool well_formed = samples.isGenericDict() && samples.toGenericDict().contains("dataset_size") &&
+                           samples.toGenericDict().at("dataset_size").isInt() &&
+                           samples.toGenericDict().contains("trained") &&
+                           samples.toGenericDict().at("trained").isTensor();
+  LT_CHECK_VALUE(well_formed, "checkpoint '", path, "': epoch_samples must be a dict with dataset_size (int) and ",
+                 "trained (a tensor)");
+  const StateDict record = samples.toGenericDict();
   const std::string why = not_dealt(loader, world);
   LT_CHECK_VALUE(why.empty(), "checkpoint '", path, "' was written mid-epoch by ", saved_world, " ranks and this run has ",
                  world, ", but ", why, ", so the samples left of epoch ", state.current_epoch,

@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -23,17 +25,22 @@ namespace {
 
 constexpr int64_t kSamples = 23;
 
-// Sample i is the number i; each trained sample's (epoch, index) goes to this rank's record file.
+// Sample i is the number i; each trained sample's (epoch, step it goes into,
+// index) goes to this rank's record file. LT_KILL_AT: rank 0 is killed
+// (SIGKILL) in that step, after recording its samples.
 class RecordingNet : public lt::LightningModule {
  public:
   explicit RecordingNet(std::string record) : record_(std::move(record)) {
     linear = register_module("linear", torch::nn::Linear(1, 1));
   }
   torch::Tensor training_step(const lt::Batch& batch, int64_t /*batch_idx*/) override {
-    std::ofstream out(record_, std::ios::app);
-    for (int64_t i = 0; i < batch.data.size(0); ++i) {
-      out << current_epoch() << " " << batch.data[i][0].item<int64_t>() << "\n";
+    {
+      std::ofstream out(record_, std::ios::app);
+      for (int64_t i = 0; i < batch.data.size(0); ++i) {
+        out << current_epoch() << " " << global_step() + 1 << " " << batch.data[i][0].item<int64_t>() << "\n";
+      }
     }
+    if (global_rank() == 0 && global_step() + 1 == env_int("LT_KILL_AT", -1)) ::raise(SIGKILL);
     return torch::mse_loss(linear(batch.data / kSamples), batch.target);
   }
   bool has_validation_step() const override { return false; }
@@ -91,16 +98,30 @@ LT_TEST_WORKER(ElasticPhase) {
   return 0;
 }
 
-// Every (epoch, sample) the phases' ranks trained.
-std::map<int64_t, std::vector<int64_t>> trained_per_epoch(const std::filesystem::path& dir) {
+// Every sample the phases' ranks trained, by epoch; of phase p only those of
+// steps up to last_step[p] (the step of the checkpoint the next phase resumed
+// from: a killed phase trained some after it, which its checkpoint never saw).
+std::map<int64_t, std::vector<int64_t>> trained_per_epoch(const std::filesystem::path& dir,
+                                                          const std::map<std::string, int64_t>& last_step = {}) {
   std::map<int64_t, std::vector<int64_t>> out;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    if (entry.path().filename().string().rfind("samples.", 0) != 0) continue;
+    const std::string name = entry.path().filename().string();  // samples.PHASE.RANK
+    if (name.rfind("samples.", 0) != 0) continue;
+    const std::string phase = name.substr(8, name.rfind('.') - 8);
+    const auto last = last_step.find(phase);
     std::ifstream in(entry.path());
-    int64_t epoch = 0, sample = 0;
-    while (in >> epoch >> sample) out[epoch].push_back(sample);
+    int64_t epoch = 0, step = 0, sample = 0;
+    while (in >> epoch >> step >> sample) {
+      if (last == last_step.end() || step <= last->second) out[epoch].push_back(sample);
+    }
   }
   return out;
+}
+
+std::vector<int64_t> every_sample() {
+  std::vector<int64_t> all(kSamples);
+  for (int64_t i = 0; i < kSamples; ++i) all[static_cast<size_t>(i)] = i;
+  return all;
 }
 
 // 2 ranks train 2 steps of epoch 0 (8 of 23 samples), 1 process resumes from
@@ -120,13 +141,11 @@ void expect_every_sample_once(const std::string& strategy) {
   expect_workers_pass("ElasticPhase", 3, std::chrono::seconds(60),
                       {{"LT_DIR", dir.string()}, {"LT_PHASE", "3"}, {"LT_MAX_STEPS", "-1"},
                        {"LT_RESUME", ckpts + "/epoch=0-step=5.ckpt"}, {"LT_STRATEGY", strategy}});
-  std::vector<int64_t> all(kSamples);
-  for (int64_t i = 0; i < kSamples; ++i) all[static_cast<size_t>(i)] = i;
   auto trained = trained_per_epoch(dir);
   ASSERT_EQ(trained.size(), 2u);
   for (auto& [epoch, samples] : trained) {
     std::sort(samples.begin(), samples.end());
-    EXPECT_EQ(samples, all) << strategy << ", epoch " << epoch;
+    EXPECT_EQ(samples, every_sample()) << strategy << ", epoch " << epoch;
   }
   std::filesystem::remove_all(dir);
 }
@@ -135,6 +154,43 @@ void expect_every_sample_once(const std::string& strategy) {
 
 TEST(Elastic, AnEpochResumedOnOneThenThreeRanksTrainsEverySampleOnce) { expect_every_sample_once("ddp"); }
 TEST(Elastic, AnFsdpEpochResumedOnOneThenThreeRanksTrainsEverySampleOnce) { expect_every_sample_once("fsdp"); }
+
+// Killed (SIGKILL on rank 0, in a step drawn from a seeded generator) on 2
+// ranks, then on 1 process resumed from the newest checkpoint, then resumed
+// on 3 ranks to the end of 2 epochs: the samples of each epoch that the
+// checkpoints carried on (a killed run's steps after its last checkpoint are
+// lost with it) are the 23, each once.
+TEST(Elastic, KilledRunsResumedOnOtherWorldSizesTrainEverySampleOnce) {
+  for (const unsigned seed : {1u, 2u}) {
+    std::mt19937 draw(seed);
+    const int64_t first = 2 + static_cast<int64_t>(draw() % 4);      // a step of the 6 of epoch 0 on 2 ranks
+    const int64_t second = first + 1 + static_cast<int64_t>(draw() % 3);  // 1-3 steps later, on 1 process
+    const auto dir = std::filesystem::temp_directory_path() /
+                     ("lt_elastic_kill_" + std::to_string(seed) + "_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    WorkerOptions killed;
+    killed.timeout = std::chrono::seconds(60);
+    killed.env = {{"LT_DIR", dir.string()}, {"LT_PHASE", "1"}, {"LT_MAX_STEPS", "-1"},
+                  {"LT_KILL_AT", std::to_string(first)}};
+    const WorkersResult one = run_workers("ElasticPhase", 2, killed);
+    ASSERT_FALSE(one.ok()) << "rank 0 was not killed at step " << first << ": " << one.summary();
+    killed.env = {{"LT_DIR", dir.string()}, {"LT_PHASE", "2"}, {"LT_MAX_STEPS", "-1"},
+                  {"LT_KILL_AT", std::to_string(second)}, {"LT_RESUME", "last"}};
+    const WorkersResult two = run_workers("ElasticPhase", 1, killed);
+    ASSERT_FALSE(two.ok()) << "the process was not killed at step " << second << ": " << two.summary();
+    expect_workers_pass("ElasticPhase", 3, std::chrono::seconds(60),
+                        {{"LT_DIR", dir.string()}, {"LT_PHASE", "3"}, {"LT_MAX_STEPS", "-1"}, {"LT_RESUME", "last"}});
+    // Each killed phase's newest checkpoint was its step before the kill.
+    auto trained = trained_per_epoch(dir, {{"1", first - 1}, {"2", second - 1}});
+    ASSERT_EQ(trained.size(), 2u) << "seed " << seed;
+    for (auto& [epoch, samples] : trained) {
+      std::sort(samples.begin(), samples.end());
+      EXPECT_EQ(samples, every_sample()) << "seed " << seed << " (killed at steps " << first << " and " << second
+                                         << "), epoch " << epoch;
+    }
+    std::filesystem::remove_all(dir);
+  }
+}
 
 // Per-rank data the run keeps as given (use_distributed_sampler false):
 // which samples are left cannot be dealt out on another world size, so a
