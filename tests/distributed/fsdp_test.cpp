@@ -288,6 +288,42 @@ TEST(FsdpCheckpoint, AFullShardCheckpointIsWrittenStreamedAndIsDdpsForTorchLoad)
   std::filesystem::remove_all(dir);
 }
 
+// reduce_dtype float16 (PyTorch's MixedPrecision.reduce_dtype) reduces the
+// gradients as ddp's fp16_compress_hook does (cast, divide by the world size,
+// reduce, cast back): on 2 ranks with 3 and 5 batches (lockstep Join), Adam,
+// 2 epochs, every sharding ends with ddp-with-the-hook's weights, bitwise,
+// and not with float32 ddp's (the reduction really ran in float16).
+LT_TEST_WORKER(FsdpReduceDtype) {
+  const int rank = env_int("RANK");
+  auto train = [&](const std::shared_ptr<lt::Strategy>& strategy, bool units) {
+    auto model = std::make_shared<JoinNet>(units);
+    model->optim = "adam";
+    lt::Trainer trainer(options(strategy, 2).max_epochs(2));
+    trainer.fit(model, rank_loader(rank, rank == 0 ? 3 : 5));
+    return model->flat();
+  };
+  ddp()->options().ddp_comm_hook(lt::DDPCommHook::kFp16Compress);
+  const torch::Tensor hooked = train(ddp(), false);
+  ddp()->options().ddp_comm_hook(lt::DDPCommHook::kAllreduce);
+  const torch::Tensor fp32 = train(ddp(), false);
+  LT_WORKER_CHECK((hooked - fp32).abs().max().item<double>() > 1e-6, "float16 reductions changed nothing");
+  fsdp()->options().reduce_dtype(lt::ReduceDtype::kFloat16);
+  for (const auto sharding : {lt::ShardingStrategy::kShardGradOp, lt::ShardingStrategy::kFullShard,
+                              lt::ShardingStrategy::kNoShard}) {
+    fsdp()->options().sharding_strategy(sharding);
+    const torch::Tensor sharded = train(fsdp(), sharding == lt::ShardingStrategy::kFullShard);
+    const double differ = (sharded - hooked).abs().max().item<double>();
+    LT_WORKER_CHECK(differ == 0.0, lt::OptionCodec<lt::ShardingStrategy>::show(sharding),
+                    " with reduce_dtype float16 differs from ddp's fp16_compress_hook by ", differ);
+  }
+  fsdp()->options().reduce_dtype(lt::ReduceDtype::kFloat32).sharding_strategy(lt::ShardingStrategy::kShardGradOp);
+  return 0;
+}
+
+TEST(FsdpMixedPrecision, ReduceDtypeFloat16ReducesAsDdpsFp16CompressHook) {
+  expect_workers_pass("FsdpReduceDtype", 2, std::chrono::seconds(90));
+}
+
 // FULL_SHARD keeps only each unit's chunk between steps: after the first
 // window (the canonical one) every declared unit's parameters have no bytes
 // at the end of each training step, on a rank that trains and on one that

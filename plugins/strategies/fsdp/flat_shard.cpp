@@ -132,6 +132,12 @@ FlatShard::FlatShard(std::shared_ptr<torch::nn::Module> module, c10::intrusive_p
       collectives_(group_),
       free_parameters_(options.free_parameters) {
   LT_CHECK(module_ != nullptr, "strategy fsdp: the module is null");
+  if (options.reduce_dtype == ReduceDtype::kFloat16) reduce_dtype_ = torch::kHalf;
+  if (options.reduce_dtype == ReduceDtype::kBFloat16) {
+    LT_CHECK_VALUE(collectives_.native(), "strategy fsdp: reduce_dtype bfloat16 needs the nccl backend: Gloo ",
+                   "(LibTorch 1.13) cannot reduce bfloat16 tensors; use float16");
+    reduce_dtype_ = torch::kBFloat16;
+  }
   std::unordered_set<const c10::TensorImpl*> seen;
   for (const auto& p : module_->parameters(/*recurse=*/true)) {
     if (p.requires_grad() && seen.insert(p.unsafeGetTensorImpl()).second) params_.push_back(p);
@@ -373,9 +379,19 @@ void FlatShard::reduce(size_t u) {
     }
   }
   for (size_t i : unit.params) params_[i].mutable_grad() = torch::Tensor();
-  if (divisor_ != 1.0) flat.div_(divisor_);
   torch::Tensor& grad = shards_[u].mutable_grad();
   if (!grad.defined()) grad = torch::zeros_like(shards_[u]);
+  if (reduce_dtype_) {
+    // As c10d's FP16_COMPRESS hook: cast, then divide (no overflow), reduce, cast back.
+    torch::Tensor low = flat.to(*reduce_dtype_);
+    flat = torch::Tensor();  // back to the pool before the collective
+    if (divisor_ != 1.0) low.div_(divisor_);
+    torch::Tensor chunk = torch::empty({unit.chunk}, low.options());
+    collectives_.reduce_scatter(low, chunk);
+    grad.copy_(chunk);
+    return;
+  }
+  if (divisor_ != 1.0) flat.div_(divisor_);
   collectives_.reduce_scatter(flat, grad);
 }
 

@@ -30,7 +30,7 @@
 //                   5. when the unit's parameters' gradients are all
 //                      accumulated (AccumulateGrad post hooks) and this
 //                      micro-batch reduces (a window's end): R(u), the unit's
-//                      gradients flattened, divided by W (or by the ranks active
+//                      gradients flattened (cast to reduce_dtype), divided by W (or by the ranks active
 //                      in this micro-batch, divide_by_initial_world_size
 //                      false), reduce_scattered into its part of
 //                      shards()[u].grad; the module's gradients are dropped; a
@@ -77,11 +77,17 @@
 
 namespace lt {
 
+// The dtype gradients are reduced in (fsdp's reduce_dtype).
+enum class ReduceDtype { kFloat32, kFloat16, kBFloat16 };
+
 struct FlatShardOptions {
   // FULL_SHARD: free each unit's parameters between uses (else SHARD_GRAD_OP: whole between steps).
   bool free_parameters = false;
   // > 0: also a unit for each submodule with at least this many parameters not in a unit.
   int64_t min_num_params = 0;
+  // Not float32: a unit's flat gradients are cast to it, divided, reduce_scattered, and cast back into
+  // the shard's gradient (ddp's fp16/bf16 compression hooks: the same values on 2 ranks).
+  ReduceDtype reduce_dtype = ReduceDtype::kFloat32;
 };
 
 class FlatShard : public GradientSync, private FSDPUnitHooks {
@@ -173,6 +179,7 @@ class FlatShard : public GradientSync, private FSDPUnitHooks {
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
   ShardCollectives collectives_;
   bool free_parameters_;
+  c10::optional<torch::ScalarType> reduce_dtype_;  // set: gradients reduced in it
   torch::Device device_{torch::kCPU};
   std::vector<torch::Tensor> params_;
   std::vector<Unit> units_;

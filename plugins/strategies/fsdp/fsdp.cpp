@@ -178,12 +178,17 @@ std::unique_ptr<GradientSync> FSDPStrategy::make_gradient_sync(std::shared_ptr<t
                                                                const c10::intrusive_ptr<c10d::ProcessGroup>& group,
                                                                std::function<bool()> stop_wish) {
   if (options_.sharding_strategy() == ShardingStrategy::kNoShard) {
-    return std::make_unique<DistributedDataParallel>(std::move(module), group,
-                                                     DistributedDataParallelOptions().stop_wish(std::move(stop_wish)));
+    // The reduce dtype as DDP's compression hook of the same dtype.
+    const DDPCommHook hook = options_.reduce_dtype() == ReduceDtype::kFloat16    ? DDPCommHook::kFp16Compress
+                             : options_.reduce_dtype() == ReduceDtype::kBFloat16 ? DDPCommHook::kBf16Compress
+                                                                                 : DDPCommHook::kAllreduce;
+    return std::make_unique<DistributedDataParallel>(
+        std::move(module), group, DistributedDataParallelOptions().stop_wish(std::move(stop_wish)).comm_hook(hook));
   }
   FlatShardOptions flat;
   flat.free_parameters = options_.sharding_strategy() == ShardingStrategy::kFullShard;
   flat.min_num_params = options_.auto_wrap_min_num_params();
+  flat.reduce_dtype = options_.reduce_dtype();
   return std::make_unique<FlatShard>(std::move(module), group, flat);
 }
 

@@ -59,6 +59,14 @@ struct OptionEnumNames<ShardingStrategy> {
       {ShardingStrategy::kHybridShard, "HYBRID_SHARD"}};
 };
 
+// PyTorch's MixedPrecision.reduce_dtype, by torch's dtype names.
+template <>
+struct OptionEnumNames<ReduceDtype> {
+  static constexpr std::pair<ReduceDtype, const char*> kNames[] = {{ReduceDtype::kFloat32, "float32"},
+                                                                   {ReduceDtype::kFloat16, "float16"},
+                                                                   {ReduceDtype::kBFloat16, "bfloat16"}};
+};
+
 // The options' rows, with their docs: fsdp/fsdp_options.def.
 struct FSDPStrategyOptions {
 #define LT_OPTION LT_OPTION_ARG
