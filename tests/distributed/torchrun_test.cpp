@@ -10,9 +10,11 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <regex>
 #include <sstream>
@@ -131,6 +133,50 @@ LT_TEST_WORKER(TorchrunFit) {
   std::vector<torch::Tensor> params;
   for (const auto& p : net->parameters()) params.push_back(p.detach().clone());
   torch::save(params, env_str("LT_OUT") + "/rank" + std::to_string(trainer.strategy().global_rank()) + ".pt");
+  return 0;
+}
+
+// torchrun elastic (--nnodes 1:2, the c10d rendezvous): sample i of 23 is
+// the number i; each rank records "epoch step sample" of what it trains to
+// LT_OUT/samples.<restart>.<rank>; a checkpoint after every step. On the node
+// started with LT_DOOMED=1, in torchrun's first attempt, the worker kills its
+// agent and itself in step 3 (a node lost for good).
+LT_TEST_WORKER(TorchrunElastic) {
+  struct CountingNet : lt::LightningModule {
+    CountingNet() { fc = register_module("fc", torch::nn::Linear(1, 1)); }
+    torch::Tensor training_step(const lt::Batch& batch, int64_t /*batch_idx*/) override {
+      {
+        std::ofstream out(env_str("LT_OUT") + "/samples." + env_str("TORCHELASTIC_RESTART_COUNT") + "." +
+                              std::to_string(global_rank()),
+                          std::ios::app);
+        for (int64_t i = 0; i < batch.data.size(0); ++i) {
+          out << current_epoch() << " " << global_step() + 1 << " " << batch.data[i][0].item<int64_t>() << "\n";
+        }
+      }
+      if (env_str("LT_DOOMED") == "1" && env_str("TORCHELASTIC_RESTART_COUNT") == "0" && global_step() + 1 == 3) {
+        ::kill(::getppid(), SIGKILL);  // the node's agent
+        ::raise(SIGKILL);
+      }
+      return torch::mse_loss(fc(batch.data / 23), batch.target);
+    }
+    lt::OptimizerConfig configure_optimizers() override {
+      return std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(0.1));
+    }
+    torch::nn::Linear fc{nullptr};
+  };
+  const torch::Tensor x = torch::arange(23, torch::kFloat).unsqueeze(1);
+  auto loader = std::make_shared<lt::DataLoader>(std::make_shared<lt::TensorDataset>(x, torch::zeros_like(x)),
+                                                 lt::DataLoaderOptions(2).shuffle(true).seed(7));
+  lt::Trainer trainer(lt::TrainerOptions()
+                          .max_epochs(2)
+                          .enable_progress_bar(false)
+                          .enable_model_summary(false)
+                          .default_root_dir(env_str("LT_OUT"))
+                          .callbacks({std::make_shared<lt::ModelCheckpoint>(lt::ModelCheckpointOptions()
+                                                                                .dirpath(env_str("LT_OUT") + "/ckpt")
+                                                                                .every_n_train_steps(1)
+                                                                                .save_top_k(-1))}));
+  trainer.fit(std::make_shared<CountingNet>(), loader);
   return 0;
 }
 
@@ -284,6 +330,55 @@ TEST_F(Torchrun, AFabricLoopJoinsTorchrunsRanksAndEndsWithTheTrainersWeights) {
 // torchrun --max_restarts 1: a worker killed mid-epoch makes torchrun
 // restart the group; the restarted workers resume from the newest checkpoint
 // (step 8, mid-epoch) by themselves and end with the never-killed weights.
+// torchrun elastic: two nodes (--nnodes 1:2, c10d rendezvous, --max_restarts
+// 1) train an epoch of 23 samples; one node is lost for good in step 3 (its
+// agent and worker SIGKILLed); the other's agent re-forms the group alone and
+// its restarted worker resumes from the newest checkpoint (step 2) on 1
+// rank, dealing out what is left of the epoch (data/epoch_samples.h). Each
+// epoch's samples that the checkpoints carried on are the 23, once.
+TEST_F(Torchrun, AGroupThatLosesANodeGoesOnWithTheOtherEverySampleOnce) {
+  const std::string dir = fresh_dir("lost_node");
+  const std::string endpoint = "127.0.0.1:" + std::to_string(lt::find_free_port());
+  auto node = [&](const char* name, const char* is_host) {
+    return torchrun({"--nnodes", "1:2", "--nproc_per_node", "1", "--max_restarts", "1", "--rdzv_backend", "c10d",
+                     "--rdzv_endpoint", endpoint, "--rdzv_id", "lt_lost_node", "--rdzv_conf",
+                     std::string("is_host=") + is_host + ",last_call_timeout=3", "--log_dir",
+                     dir + "/logs_" + name});
+  };
+  // The doomed node (not the rendezvous's host) in the background, the other one waited for.
+  std::string doomed = "LT_TEST_WORKER=TorchrunElastic LT_OUT=" + dir + " LT_DOOMED=1";
+  for (const std::string& arg : node("b", "false")) doomed += " " + arg;
+  lt::WorkerSpec host;
+  host.argv = node("a", "true");
+  host.env = {{"LT_TEST_WORKER", "TorchrunElastic"}, {"LT_OUT", dir}};
+  host.output_path = dir + "/launcher_a.log";
+  ASSERT_EQ(std::system(("env " + doomed + " > " + dir + "/launcher_b.log 2>&1 &").c_str()), 0);
+  const auto exits = lt::launch_and_wait({host}, lt::LaunchOptions{std::chrono::seconds(120)});
+  ASSERT_TRUE(exits[0].ok()) << exits[0].describe() << "\n" << read_file(host.output_path) << "\nnode b:\n"
+                             << read_file(dir + "/launcher_b.log");
+  std::map<int64_t, std::vector<int64_t>> trained;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();  // samples.RESTART.RANK
+    if (name.rfind("samples.", 0) != 0) continue;
+    const bool first_attempt = name.rfind("samples.0.", 0) == 0;
+    std::ifstream in(entry.path());
+    int64_t epoch = 0, step = 0, sample = 0;
+    while (in >> epoch >> step >> sample) {
+      if (!first_attempt || step <= 2) trained[epoch].push_back(sample);  // step 3 died with the node
+    }
+  }
+  std::vector<int64_t> all(23);
+  for (int64_t i = 0; i < 23; ++i) all[static_cast<size_t>(i)] = i;
+  ASSERT_EQ(trained.size(), 2u) << read_file(host.output_path);
+  for (auto& [epoch, samples] : trained) {
+    std::sort(samples.begin(), samples.end());
+    EXPECT_EQ(samples, all) << "epoch " << epoch << "\n" << read_file(host.output_path);
+  }
+  EXPECT_NE(read_file(host.output_path).find("resumed on 1 ranks from a checkpoint of 2 ranks"), std::string::npos)
+      << read_file(host.output_path);
+  std::filesystem::remove_all(dir);
+}
+
 TEST_F(Torchrun, ARestartedGroupResumesFromTheLastCheckpoint) {
   const std::string dir = fresh_dir("elastic");
   std::string why;
