@@ -42,21 +42,21 @@ void ShardCollectives::reduce_scatter(torch::Tensor& flat, torch::Tensor& shard)
   shard.copy_(flat.narrow(0, rank_ * s, s));
 }
 
-torch::Tensor ShardCollectives::gather(const torch::Tensor& shard, int64_t root) const {
+ShardCollectives::Gathering ShardCollectives::start_gather(const torch::Tensor& shard, int64_t root) const {
   const int64_t s = shard.numel();
   LT_INTERNAL_ASSERT(shard.is_contiguous(), "ShardCollectives::gather: a shard that is not contiguous");
-  torch::Tensor flat;
+  Gathering gathering;
   std::vector<std::vector<torch::Tensor>> out;
   if (rank_ == root) {
-    flat = torch::empty({world_size_ * s}, shard.options());
+    gathering.flat = torch::empty({world_size_ * s}, shard.options());
     out.emplace_back();
-    for (int64_t r = 0; r < world_size_; ++r) out[0].push_back(flat.narrow(0, r * s, s));
+    for (int64_t r = 0; r < world_size_; ++r) out[0].push_back(gathering.flat.narrow(0, r * s, s));
   }
   std::vector<torch::Tensor> in{shard};
   c10d::GatherOptions options;
   options.rootRank = root;
-  group_->gather(out, in, options)->wait();
-  return flat;
+  gathering.work = group_->gather(out, in, options);
+  return gathering;
 }
 
 }  // namespace lt

@@ -33,9 +33,14 @@ class ShardCollectives {
   void all_gather(const torch::Tensor& shard, torch::Tensor& flat) const;
   // shard = chunk `rank` of the ranks' `flat`s summed. `flat` is clobbered.
   void reduce_scatter(torch::Tensor& flat, torch::Tensor& shard) const;
-  // On rank `root`: a flat buffer of W * s elements, rank r's `shard` at r * s;
-  // on the others: undefined (they send their shard).
-  torch::Tensor gather(const torch::Tensor& shard, int64_t root) const;
+  // Started (its Work waited on by the caller; `shard` alive until then):
+  // on rank `root` `flat` is a buffer of W * s elements, rank r's `shard` at
+  // r * s; on the others it is undefined (they send their shard).
+  struct Gathering {
+    c10::intrusive_ptr<c10d::Work> work;
+    torch::Tensor flat;
+  };
+  Gathering start_gather(const torch::Tensor& shard, int64_t root) const;
 
  private:
   c10::intrusive_ptr<c10d::ProcessGroup> group_;

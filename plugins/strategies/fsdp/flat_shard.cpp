@@ -293,11 +293,11 @@ const std::vector<size_t>& FlatShard::unit_parameters(size_t u) const { return u
 
 bool FlatShard::unit_whole(size_t u) const { return units_.at(u).materialized; }
 
-torch::Tensor FlatShard::gather_unit(size_t u, const torch::Tensor& chunk, int64_t root) const {
-  LT_INTERNAL_ASSERT(chunk.numel() == units_.at(u).chunk, "FlatShard::gather_unit: a chunk of ", chunk.numel(),
-                     " elements for unit '", units_[u].name, "' of ", units_[u].chunk);
+ShardCollectives::Gathering FlatShard::start_gather_unit(size_t u, const torch::Tensor& chunk, int64_t root) const {
+  LT_INTERNAL_ASSERT(chunk.numel() == units_.at(u).chunk && chunk.is_contiguous(), "FlatShard::start_gather_unit: ",
+                     "a chunk of ", chunk.numel(), " elements for unit '", units_[u].name, "' of ", units_[u].chunk);
   torch::NoGradGuard no_grad;
-  return collectives_.gather(chunk.detach().contiguous().reshape(-1), root);
+  return collectives_.start_gather(chunk.detach().reshape(-1), root);
 }
 
 torch::Tensor FlatShard::unit_parameter(size_t u, size_t j, const torch::Tensor& flat) const {

@@ -111,10 +111,11 @@ class FlatShard : public GradientSync, private FSDPUnitHooks {
   const std::vector<size_t>& unit_parameters(size_t u) const;
   // Whether unit u's parameters hold their values on this rank (not freed).
   bool unit_whole(size_t u) const;
-  // A collective: unit u's flat buffer (W * S_u elements) made of every
-  // rank's `chunk` of it (S_u elements: shards()[u], or a tensor shaped like
-  // it, an optimizer's state) on rank `root`; undefined on the others.
-  torch::Tensor gather_unit(size_t u, const torch::Tensor& chunk, int64_t root) const;
+  // A collective, started (ShardCollectives::start_gather): unit u's flat
+  // buffer (W * S_u elements) made of every rank's `chunk` of it (S_u
+  // elements: shards()[u], or a tensor shaped like it, an optimizer's state;
+  // contiguous, alive until the wait) on rank `root`; undefined on the others.
+  ShardCollectives::Gathering start_gather_unit(size_t u, const torch::Tensor& chunk, int64_t root) const;
   // The j-th of unit_parameters(u), shaped like its parameter, as a view of such a flat buffer.
   torch::Tensor unit_parameter(size_t u, size_t j, const torch::Tensor& flat) const;
 

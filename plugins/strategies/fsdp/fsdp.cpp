@@ -301,16 +301,22 @@ void FSDPStrategy::save_checkpoint(const c10::IValue& checkpoint, const std::str
   std::vector<DeferredUnit> deferred = std::exchange(deferred_, {});
   if (deferred.empty()) return ParallelStrategy::save_checkpoint(checkpoint, path);
   // Every rank sends its chunks unit by unit; global rank 0 writes each
-  // unit's values as they arrive (never the whole model in memory). Should
-  // the file fail before the gathers, rank 0 still takes part in them.
+  // unit's values as they arrive, the next unit's gather under way meanwhile
+  // (two units in memory, never the whole model). Should the file fail
+  // before the gathers, rank 0 still takes part in them.
   bool gathered = false;
   auto values = [&](const DeferredWrite& write) {
     auto scope = watch("gather of the sharded state to rank 0 (writing a checkpoint)");
     gathered = true;
     FlatShard& flat = *flat_shard();
-    for (const DeferredUnit& unit : deferred) {
-      const torch::Tensor full = flat.gather_unit(unit.unit, unit.chunk, /*root=*/0);
+    auto start = [&](size_t k) { return flat.start_gather_unit(deferred[k].unit, deferred[k].chunk, /*root=*/0); };
+    ShardCollectives::Gathering next = start(0);
+    for (size_t k = 0; k < deferred.size(); ++k) {
+      next.work->wait();
+      const torch::Tensor full = std::move(next.flat);
+      if (k + 1 < deferred.size()) next = start(k + 1);
       if (!full.defined()) continue;
+      const DeferredUnit& unit = deferred[k];
       for (const auto& [j, placeholder] : unit.placeholders) write(placeholder, flat.unit_parameter(unit.unit, j, full));
     }
   };
