@@ -419,13 +419,7 @@ class CheckedCheckpoint : public caffe2::serialize::ReadAdapterInterface {
     n = static_cast<size_t>(std::min<uint64_t>(n, size_ - pos));
     if (!pread_all(pos, buf, n)) return 0;
     auto it = records_.find(pos);
-    if (it != records_.end() && it->second.size == n && !it->second.checked) {
-      if (const std::string problem = crc_problem(it->second, crc(buf, n)); !problem.empty()) {
-        problem_ = problem;
-        return 0;
-      }
-      it->second.checked = true;
-    }
+    if (it != records_.end() && it->second.size == n && !check(it->second, buf)) return 0;
     return n;
   }
 
@@ -452,20 +446,12 @@ class CheckedCheckpoint : public caffe2::serialize::ReadAdapterInterface {
   // 64-byte aligned as torch.save and lightning-cpp write them; no mapping):
   // the caller reads it then. A CRC mismatch sets problem() and throws.
   at::DataPtr mapped_record(const std::string& name) const {
-    if (!mapping_ || records_.empty()) return at::DataPtr(nullptr, at::Device(at::kCPU));
-    const std::string& first = records_.begin()->second.name;
-    auto found = by_name_.find(first.substr(0, first.find('/') + 1) + name);
-    if (found == by_name_.end()) return at::DataPtr(nullptr, at::Device(at::kCPU));
+    auto found = by_name_.find(archive_prefix_ + name);
+    if (!mapping_ || found == by_name_.end()) return at::DataPtr(nullptr, at::Device(at::kCPU));
     const Record& record = records_.at(found->second);
     if (!record.stored || found->second % 64 != 0 || record.size == 0) return at::DataPtr(nullptr, at::Device(at::kCPU));
     char* data = mapping_->bytes + found->second;
-    if (!record.checked) {
-      if (std::string problem = crc_problem(record, crc(data, record.size)); !problem.empty()) {
-        problem_ = std::move(problem);
-        throw std::runtime_error(problem_);
-      }
-      record.checked = true;
-    }
+    if (!check(record, data)) throw std::runtime_error(problem_);
     return at::DataPtr(data, new std::shared_ptr<Mapping>(mapping_),
                        [](void* keep) { delete static_cast<std::shared_ptr<Mapping>*>(keep); }, at::Device(at::kCPU));
   }
@@ -483,6 +469,18 @@ class CheckedCheckpoint : public caffe2::serialize::ReadAdapterInterface {
     bool stored;
     mutable bool checked;
   };
+
+  // A whole record's bytes against its CRC-32, once: false, with problem()
+  // set, where they fail it.
+  bool check(const Record& record, const void* data) const {
+    if (record.checked) return true;
+    if (std::string problem = crc_problem(record, crc(data, record.size)); !problem.empty()) {
+      problem_ = std::move(problem);
+      return false;
+    }
+    record.checked = true;
+    return true;
+  }
 
   bool pread_all(uint64_t pos, void* buf, size_t n) const {
     for (size_t done = 0; done < n;) {
@@ -597,13 +595,16 @@ class CheckedCheckpoint : public caffe2::serialize::ReadAdapterInterface {
     mapping_->bytes = static_cast<char*>(bytes);
     mapping_->size = size_;
     for (const auto& [data, record] : records_) by_name_.emplace(record.name, data);
+    // The archive's folder, as LibTorch's reader takes it: its first record's ("archive/data/0": "archive/").
+    if (!records_.empty()) archive_prefix_ = records_.begin()->second.name.substr(0, records_.begin()->second.name.find('/') + 1);
   }
 
   std::string path_;
   int fd_ = -1;
   uint64_t size_ = 0;
   std::map<uint64_t, Record> records_;  // by the offset of their data
-  std::unordered_map<std::string, uint64_t> by_name_;
+  std::unordered_map<std::string, uint64_t> by_name_;  // with a mapping: each record's data offset
+  std::string archive_prefix_;
   std::shared_ptr<Mapping> mapping_;
   mutable std::string problem_;
 };

@@ -14,7 +14,7 @@
 
 namespace lt {
 
-// Inserts into `ckpt`: state_dict, epoch, epoch_finished, global_step,
+// Inserts into `ckpt`: state_dict, epoch, epoch_finished, global_step, world_size,
 // epoch_iteration (mid-epoch of a training run), optimizer[_i], lr_scheduler,
 // the precision's state, lightning_cpp_version, rng_states. Every rank calls it (collectives).
 void dump_training_state(StateDict& ckpt, Strategy& strategy, LightningModule& module, const OptimizerConfig& optim,

@@ -62,20 +62,19 @@ std::optional<StateDict> epoch_samples_state(const DataLoader& loader, const Run
   trained = strategy.reduce(trained, ReduceOp::kMax);
   StateDict out = new_state_dict();
   out.insert("dataset_size", n);
-  out.insert("world_size", strategy.world_size());
   out.insert("trained", trained.to(torch::kUInt8));
   return out;
 }
 
-bool resume_epoch_samples(DataLoader& loader, const StateDict& ckpt, const std::string& path, RunState& state,
+void resume_epoch_samples(DataLoader& loader, const StateDict& ckpt, const std::string& path, RunState& state,
                           Strategy& strategy, int64_t accumulate_grad_batches) {
-  if (!ckpt.contains("epoch_iteration")) return false;  // an epoch's end: the next epoch is sharded as always
+  if (!ckpt.contains("epoch_iteration")) return;  // an epoch's end: the next epoch is sharded as always
   const int64_t world = strategy.world_size();
   // Checkpoints from before "world_size": taken as written by as many ranks.
   const c10::IValue saved = ckpt.contains("world_size") ? ckpt.at("world_size") : c10::IValue(world);
   LT_CHECK_VALUE(saved.isInt() && saved.toInt() > 0, "checkpoint '", path, "': world_size must be a positive int");
   const int64_t saved_world = saved.toInt();
-  if (saved_world == world) return false;  // the same shards: the epoch goes on where it stopped
+  if (saved_world == world) return;  // the same shards: the epoch goes on where it stopped
   LT_CHECK_VALUE(ckpt.contains("epoch_samples"), "checkpoint '", path, "' was written mid-epoch by ", saved_world,
                  " ranks and this run has ", world, ", but it records no samples of epoch ", state.current_epoch,
                  " (its run's training data was a stream, each rank's own data as given, or had a sampler or ",
@@ -121,7 +120,6 @@ bool resume_epoch_samples(DataLoader& loader, const StateDict& ckpt, const std::
                  " ranks; the global batch is now ", world * batch * accumulate_grad_batches, " samples (it was ",
                  saved_world * batch * accumulate_grad_batches, ": batch_size ", batch, " x accumulate_grad_batches ",
                  accumulate_grad_batches, " per rank, as configured)");
-  return true;
 }
 
 }  // namespace lt

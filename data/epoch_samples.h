@@ -5,8 +5,9 @@
 // A mid-epoch training checkpoint records, where the run's training loader
 // is map-style data whose samples the run deals out (its sampler sequential,
 // random or the strategy's DistributedSampler, padded or not):
-//   "epoch_samples": {"dataset_size": n, "world_size": W,
+//   "epoch_samples": {"dataset_size": n,
 //                     "trained": uint8[n] (1: trained this epoch, by any rank)}
+// beside the "world_size" every checkpoint holds (core/checkpoint_io.h).
 // The epoch's order is fixed by the loader's seed and the epoch, but under
 // Join the ranks consumed different numbers of batches, and the shards change
 // with W: so the record is the samples themselves, every rank's, reduced.
@@ -44,8 +45,8 @@ std::optional<StateDict> epoch_samples_state(const DataLoader& loader, const Run
 // where it was written mid-epoch by another world size, gives `loader` the
 // rest of that epoch (a RemainderSampler) and starts the epoch from its
 // first batch (state.resume_iteration = 0). Throws lt::ValueError naming
-// `path` where the rest cannot be dealt out. Returns whether it did.
-bool resume_epoch_samples(DataLoader& loader, const StateDict& ckpt, const std::string& path, RunState& state,
+// `path` where the rest cannot be dealt out.
+void resume_epoch_samples(DataLoader& loader, const StateDict& ckpt, const std::string& path, RunState& state,
                           Strategy& strategy, int64_t accumulate_grad_batches);
 
 }  // namespace lt

@@ -381,18 +381,13 @@ void FlatShard::reduce(size_t u) {
   for (size_t i : unit.params) params_[i].mutable_grad() = torch::Tensor();
   torch::Tensor& grad = shards_[u].mutable_grad();
   if (!grad.defined()) grad = torch::zeros_like(shards_[u]);
-  if (reduce_dtype_) {
-    // As c10d's FP16_COMPRESS hook: cast, then divide (no overflow), reduce, cast back.
-    torch::Tensor low = flat.to(*reduce_dtype_);
-    flat = torch::Tensor();  // back to the pool before the collective
-    if (divisor_ != 1.0) low.div_(divisor_);
-    torch::Tensor chunk = torch::empty({unit.chunk}, low.options());
-    collectives_.reduce_scatter(low, chunk);
-    grad.copy_(chunk);
-    return;
-  }
+  // In reduce_dtype as c10d's FP16_COMPRESS hook: cast, then divide (no overflow), reduce, cast back.
+  if (reduce_dtype_) flat = flat.to(*reduce_dtype_);  // the float32 buffer back to the pool
   if (divisor_ != 1.0) flat.div_(divisor_);
-  collectives_.reduce_scatter(flat, grad);
+  if (!reduce_dtype_) return collectives_.reduce_scatter(flat, grad);
+  torch::Tensor chunk = torch::empty({unit.chunk}, flat.options());
+  collectives_.reduce_scatter(flat, chunk);
+  grad.copy_(chunk);
 }
 
 void FlatShard::unshard() {
