@@ -20,6 +20,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// A checkpoint of this callback's folder: a .ckpt file, or a sharded checkpoint's folder.
+bool is_checkpoint(const fs::directory_entry& entry) {
+  std::error_code ec;
+  return entry.path().extension() == ModelCheckpoint::kFileExtension &&
+         (entry.is_regular_file(ec) || is_sharded_checkpoint(entry.path().string()));
+}
+
 // Python's format(value, spec) for the specs checkpoint names use: an
 // optional [0][width][.precision] and a type among d, e, f, g (or none).
 std::string format_value(double value, bool is_int, const std::string& spec) {
@@ -127,7 +134,7 @@ void ModelCheckpoint::on_train_start(Trainer& trainer, LightningModule& /*module
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dirpath_, ec)) {
     const std::string name = entry.path().filename().string();
-    if (entry.path().extension() == kFileExtension && entry.is_regular_file(ec) && kept.count(name) == 0) {
+    if (is_checkpoint(entry) && kept.count(name) == 0) {
       orphans.push_back(name);
     }
   }
@@ -302,7 +309,7 @@ void ModelCheckpoint::write(Trainer& trainer, const std::string& path) {
 void ModelCheckpoint::remove(Trainer& trainer, const std::string& path) {
   if (!trainer.is_global_zero()) return;
   std::error_code ec;
-  fs::remove(path, ec);
+  fs::remove_all(path, ec);  // a sharded checkpoint is a folder
 }
 
 std::string ModelCheckpoint::checkpoint_path(const std::string& which) const {
@@ -312,8 +319,9 @@ std::string ModelCheckpoint::checkpoint_path(const std::string& which) const {
   std::string newest;
   fs::file_time_type newest_time;
   for (const auto& entry : fs::directory_iterator(dirpath_, ec)) {
-    if (entry.path().extension() != kFileExtension || !entry.is_regular_file(ec)) continue;
-    const auto time = entry.last_write_time(ec);
+    if (!is_checkpoint(entry)) continue;
+    // A sharded checkpoint's folder: when its meta.pt was written.
+    const auto time = fs::last_write_time(entry.is_directory(ec) ? entry.path() / "meta.pt" : entry.path(), ec);
     if (newest.empty() || time > newest_time) {
       newest = entry.path().string();
       newest_time = time;

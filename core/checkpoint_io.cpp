@@ -3,6 +3,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -26,6 +27,7 @@
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/serialization/export.h>
 #include <torch/csrc/jit/serialization/import_read.h>
+#include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/csrc/jit/serialization/unpickler.h>
 
@@ -299,8 +301,20 @@ bool is_deferred(const torch::Tensor& tensor) {
          tensor.storage().data() == nullptr;
 }
 
-void write_pickle_archive(const c10::IValue& value, const std::function<void(const void*, size_t)>& sink,
-                          const DeferredValues& deferred) {
+namespace {
+
+constexpr const char* kMetaFile = "meta.pt";
+constexpr const char* kShardedRecord = "sharded.pkl";
+
+// write_pickle_archive's work. With `sharded` (a sharded checkpoint's
+// meta.pt): the placeholders' records are left out, and a record
+// kShardedRecord is added: {"files": [str], "places": {key: (part, offset, numel)}}.
+struct ShardedLayout {
+  const std::vector<std::string>& files;
+  const std::vector<ShardedPlace>& places;
+};
+void write_archive(const c10::IValue& value, const std::function<void(const void*, size_t)>& sink,
+                   const DeferredValues& deferred, const ShardedLayout* sharded) {
   // The pickle holds the structure and refers to each tensor's storage by
   // number; the storages follow as records written from the tensors' own
   // memory (a CUDA one copied to the CPU one at a time): the file is never
@@ -322,8 +336,25 @@ void write_pickle_archive(const c10::IValue& value, const std::function<void(con
   }
   records.emplace_back("data.pkl", pickle.size());
   records.emplace_back("version", version.size());
-  LT_INTERNAL_ASSERT(placeholders.empty() || deferred, "write_pickle_archive: ", placeholders.size(),
+  LT_INTERNAL_ASSERT(placeholders.empty() || deferred || sharded, "write_pickle_archive: ", placeholders.size(),
                      " placeholder tensors and nothing to give their values");
+  std::vector<char> layout;
+  if (sharded != nullptr) {
+    c10::impl::GenericDict places(c10::StringType::get(), c10::AnyType::get());
+    for (const ShardedPlace& place : sharded->places) {
+      auto it = placeholders.find(place.placeholder.storage().unsafeGetStorageImpl());
+      LT_INTERNAL_ASSERT(it != placeholders.end(), "write_sharded_meta: a place for no placeholder of the checkpoint");
+      places.insert(std::to_string(it->second), c10::ivalue::Tuple::create(place.part, place.offset,
+                                                                            place.placeholder.numel()));
+    }
+    LT_INTERNAL_ASSERT(places.size() == placeholders.size(), "write_sharded_meta: ", placeholders.size(),
+                       " placeholders and ", places.size(), " places");
+    c10::impl::GenericDict table(c10::StringType::get(), c10::AnyType::get());
+    table.insert("files", c10::List<std::string>(sharded->files));
+    table.insert("places", places);
+    layout = torch::jit::pickle(table);
+    records.emplace_back(kShardedRecord, layout.size());
+  }
   if (!StoredZipWriter::writes(records)) {
     LT_INTERNAL_ASSERT(placeholders.empty(), "write_pickle_archive: placeholders in an archive of ", records.size(),
                        " records or with an empty one");
@@ -363,13 +394,51 @@ void write_pickle_archive(const c10::IValue& value, const std::function<void(con
   }
   zip.record("data.pkl", pickle.data(), pickle.size());
   zip.record("version", version.data(), version.size());
+  if (!layout.empty()) zip.record(kShardedRecord, layout.data(), layout.size());
   zip.finish();
+}
+
+}  // namespace
+
+void write_pickle_archive(const c10::IValue& value, const std::function<void(const void*, size_t)>& sink,
+                          const DeferredValues& deferred) {
+  write_archive(value, sink, deferred, nullptr);
 }
 
 void atomic_pickle_save(const c10::IValue& value, const std::string& path, const DeferredValues& deferred) {
   FileReplacement file(path);
   write_pickle_archive(value, [&](const void* data, size_t size) { file.write(data, size); }, deferred);
   file.commit();
+}
+
+bool is_sharded_checkpoint(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::is_directory(path, ec) && std::filesystem::is_regular_file(
+                                                        std::filesystem::path(path) / kMetaFile, ec);
+}
+
+std::string shard_file_name(int64_t rank, int64_t world_size, uint64_t token) {
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(token));
+  return c10::str("shard_", rank, "_of_", world_size, "-", hex, ".pt");
+}
+
+void write_sharded_meta(const c10::IValue& value, const std::string& dir, const std::vector<std::string>& files,
+                        const std::vector<ShardedPlace>& places) {
+  namespace fs = std::filesystem;
+  const ShardedLayout layout{files, places};
+  FileReplacement file((fs::path(dir) / kMetaFile).string());
+  write_archive(value, [&](const void* data, size_t size) { file.write(data, size); }, {}, &layout);
+  file.commit();
+  // The rank files of earlier saves (no meta.pt names them now).
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("shard_", 0) == 0 && entry.path().extension() == ".pt" &&
+        std::find(files.begin(), files.end(), name) == files.end()) {
+      fs::remove(entry.path(), ec);
+    }
+  }
 }
 
 namespace {
@@ -388,7 +457,8 @@ class CheckedCheckpoint : public caffe2::serialize::ReadAdapterInterface {
  public:
   explicit CheckedCheckpoint(std::string path) : path_(std::move(path)) {
     std::error_code ec;
-    LT_CHECK_VALUE(!std::filesystem::is_directory(path_, ec), "checkpoint '", path_, "' is a directory, not a file");
+    LT_CHECK_VALUE(!std::filesystem::is_directory(path_, ec), "checkpoint '", path_,
+                   "' is a folder with no meta.pt: neither a checkpoint file nor a sharded checkpoint");
     fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
     LT_CHECK_VALUE(fd_ >= 0, "checkpoint '", path_, "' does not exist or cannot be read");
     struct stat st {};
@@ -611,10 +681,12 @@ class CheckedCheckpoint : public caffe2::serialize::ReadAdapterInterface {
 
 }  // namespace
 
-void check_checkpoint_file(const std::string& path) { CheckedCheckpoint(path).check_the_rest(); }
+namespace {
 
-c10::IValue pickle_load_file(const std::string& path) {
-  auto file = std::make_shared<CheckedCheckpoint>(path);
+// A record the archive itself does not hold (a sharded checkpoint's placeholders'), by key ("0" of "data/0").
+using RecordElsewhere = std::function<at::DataPtr(const std::string& key)>;
+
+c10::IValue load_archive(const std::shared_ptr<CheckedCheckpoint>& file, const RecordElsewhere& elsewhere = {}) {
   try {
     // What torch::jit::readArchiveAndTensors does, each tensor's bytes a
     // view of the mapped file (mapped_record; a copy where it cannot be):
@@ -633,7 +705,9 @@ c10::IValue pickle_load_file(const std::string& path) {
       };
       auto read_record = [&](const std::string& key) -> at::DataPtr {
         at::DataPtr mapped = file->mapped_record("data/" + key);
-        return mapped ? std::move(mapped) : std::get<0>(reader.getRecord("data/" + key));
+        if (mapped) return mapped;
+        if (elsewhere && !reader.hasRecord("data/" + key)) return elsewhere(key);
+        return std::get<0>(reader.getRecord("data/" + key));
       };
       torch::jit::Unpickler unpickler(read_pickle, nullptr, nullptr, read_record, c10::nullopt);
       unpickler.set_version(reader.version());
@@ -671,6 +745,107 @@ c10::IValue pickle_load_file(const std::string& path) {
   } catch (const std::exception& e) {
     if (!file->problem().empty()) file->corrupt(file->problem());
     file->corrupt(error_message(e).substr(0, 200));
+  }
+}
+
+// A sharded checkpoint's table (write_archive's kShardedRecord): the rank
+// files, and each placeholder record's (part, offset, numel).
+struct ShardedTable {
+  std::vector<std::string> files;
+  std::unordered_map<std::string, std::array<int64_t, 3>> places;
+};
+ShardedTable sharded_table(const std::shared_ptr<CheckedCheckpoint>& meta) {
+  ShardedTable table;
+  caffe2::serialize::PyTorchStreamReader reader(meta);
+  if (!reader.hasRecord(kShardedRecord)) return table;  // no placeholders (a NO_SHARD run's)
+  const auto [data, size] = reader.getRecord(kShardedRecord);
+  if (!meta->problem().empty()) meta->corrupt(meta->problem());
+  try {
+    const c10::IValue value = torch::jit::unpickle(static_cast<const char*>(data.get()), size);
+    const auto dict = value.toGenericDict();
+    for (const auto& file : dict.at("files").toListRef()) table.files.push_back(file.toStringRef());
+    for (const auto& place : dict.at("places").toGenericDict()) {
+      const auto& t = place.value().toTupleRef().elements();
+      table.places[place.key().toStringRef()] = {t.at(0).toInt(), t.at(1).toInt(), t.at(2).toInt()};
+    }
+  } catch (const std::exception& e) {
+    meta->corrupt(c10::str("its record '", kShardedRecord, "' is damaged: ", error_message(e).substr(0, 200)));
+  }
+  return table;
+}
+
+c10::IValue load_sharded(const std::string& dir) {
+  namespace fs = std::filesystem;
+  const std::string meta_path = (fs::path(dir) / kMetaFile).string();
+  auto meta = std::make_shared<CheckedCheckpoint>(meta_path);
+  const ShardedTable table = sharded_table(meta);
+  // Each rank file's parts, read (mapped) when a value first needs them.
+  std::vector<std::vector<torch::Tensor>> parts(table.files.size());
+  auto parts_of = [&](size_t r) -> const std::vector<torch::Tensor>& {
+    if (parts[r].empty()) {
+      const std::string path = (fs::path(dir) / table.files[r]).string();
+      LT_CHECK_VALUE(fs::exists(path), "sharded checkpoint '", dir, "': its meta.pt names the file '", table.files[r],
+                     "', which is missing (a folder copied in part, or a rank file removed)");
+      const c10::IValue loaded = pickle_load_file(path);
+      LT_CHECK_VALUE(loaded.isTuple(), "sharded checkpoint '", dir, "': '", table.files[r], "' holds no tuple of parts");
+      for (const auto& part : loaded.toTupleRef().elements()) parts[r].push_back(part.toTensor().contiguous());
+    }
+    return parts[r];
+  };
+  auto elsewhere = [&](const std::string& key) -> at::DataPtr {
+    auto it = table.places.find(key);
+    if (it == table.places.end()) meta->corrupt(c10::str("record 'data/", key, "' is neither in it nor placed in a rank file"));
+    const auto [part, offset, numel] = it->second;
+    // The value: elements [offset, offset + numel) of the parts `part` end to end.
+    std::vector<std::pair<const torch::Tensor*, int64_t>> pieces;  // (part, its first element in the value)
+    int64_t start = 0;
+    for (size_t r = 0; r < table.files.size() && start < offset + numel; ++r) {
+      const std::vector<torch::Tensor>& of_rank = parts_of(r);
+      LT_CHECK_VALUE(part >= 0 && static_cast<size_t>(part) < of_rank.size(), "sharded checkpoint '", dir, "': '",
+                     table.files[r], "' has ", of_rank.size(), " parts, and meta.pt places a value in part ", part);
+      const torch::Tensor& t = of_rank[static_cast<size_t>(part)];
+      if (start + t.numel() > offset) pieces.emplace_back(&t, start);
+      start += t.numel();
+    }
+    LT_CHECK_VALUE(start >= offset + numel && !pieces.empty(), "sharded checkpoint '", dir, "': the rank files' part ",
+                   part, " holds ", start, " elements, and meta.pt places a value at elements [", offset, ", ",
+                   offset + numel, ")");
+    auto keep = [](torch::Tensor t) {
+      void* data = t.data_ptr();
+      return at::DataPtr(data, new torch::Tensor(std::move(t)),
+                         [](void* tensor) { delete static_cast<torch::Tensor*>(tensor); }, at::Device(at::kCPU));
+    };
+    const auto [first, first_start] = pieces.front();
+    if (first_start + first->numel() >= offset + numel) return keep(first->narrow(0, offset - first_start, numel));
+    torch::Tensor value = torch::empty({numel}, first->options());
+    for (const auto& [piece, piece_start] : pieces) {
+      LT_CHECK_VALUE(piece->dtype() == value.dtype(), "sharded checkpoint '", dir, "': part ", part,
+                     " has different dtypes in different rank files");
+      const int64_t from = std::max(offset, piece_start), to = std::min(offset + numel, piece_start + piece->numel());
+      value.narrow(0, from - offset, to - from).copy_(piece->narrow(0, from - piece_start, to - from));
+    }
+    return keep(std::move(value));
+  };
+  return load_archive(meta, elsewhere);
+}
+
+}  // namespace
+
+c10::IValue pickle_load_file(const std::string& path) {
+  if (is_sharded_checkpoint(path)) return load_sharded(path);
+  return load_archive(std::make_shared<CheckedCheckpoint>(path));
+}
+
+void check_checkpoint_file(const std::string& path) {
+  if (!is_sharded_checkpoint(path)) return CheckedCheckpoint(path).check_the_rest();
+  namespace fs = std::filesystem;
+  auto meta = std::make_shared<CheckedCheckpoint>((fs::path(path) / kMetaFile).string());
+  meta->check_the_rest();
+  for (const std::string& file : sharded_table(meta).files) {
+    const std::string rank_file = (fs::path(path) / file).string();
+    LT_CHECK_VALUE(fs::exists(rank_file), "sharded checkpoint '", path, "': its meta.pt names the file '", file,
+                   "', which is missing (a folder copied in part, or a rank file removed)");
+    CheckedCheckpoint(rank_file).check_the_rest();
   }
 }
 

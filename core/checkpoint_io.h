@@ -75,8 +75,34 @@ void write_pickle_archive(const c10::IValue& value, const std::function<void(con
 // damaged or one of whose records fails its CRC-32 check (LibTorch's reader
 // checks none of it) is a ValueError naming the record;
 // check_checkpoint_file does the same checks alone.
+// Either reads a sharded checkpoint's folder too (below).
 c10::IValue pickle_load_file(const std::string& path);
 void check_checkpoint_file(const std::string& path);
+
+// A sharded checkpoint (fsdp's state_dict_type sharded) is a folder: a file
+// per rank, written by the ranks at once (shard_R_of_W-TOKEN.pt: a tuple of
+// the rank's parts, which torch.load reads), and meta.pt, global rank 0's,
+// written last: the checkpoint with every tensor's record but the
+// placeholders' (deferred_tensor), and a record "sharded.pkl" that names the
+// rank files and places each placeholder's value: elements [offset, offset +
+// numel) of part `part` of the rank files put end to end in rank order.
+// meta.pt is replaced atomically and names the files of its own save, so a
+// save killed midway leaves the previous checkpoint whole. pickle_load_file
+// reads it as it reads a file (a value a view of a rank file where it lies in
+// one part, else copied together), so a checkpoint of any world size loads
+// into any world size and strategy.
+struct ShardedPlace {
+  torch::Tensor placeholder;
+  int64_t part;
+  int64_t offset;
+};
+bool is_sharded_checkpoint(const std::string& path);
+// Rank `rank`'s file of the save `token` (the same on every rank).
+std::string shard_file_name(int64_t rank, int64_t world_size, uint64_t token);
+// Writes `dir`/meta.pt (atomically), naming `files` (in rank order, in
+// `dir`), then removes the rank files of earlier saves.
+void write_sharded_meta(const c10::IValue& value, const std::string& dir, const std::vector<std::string>& files,
+                        const std::vector<ShardedPlace>& places);
 
 // A checkpoint's "rng_states" (torch's CPU generator, which dropout and
 // friends draw from: a resumed run continues its stream), and back.

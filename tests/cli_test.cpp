@@ -118,6 +118,13 @@ TEST_F(CliTest, UnknownStrategy) {
                       "strategies: " + c10::Join(", ", registry_.names<lt::Strategy>()) + ")");
 }
 
+TEST_F(CliTest, FsdpStateDictTypeChoiceSuggestsValid) {
+  expect_config_error("model: TinyNet\ndata: TinyData\nstrategy:\n  class_path: fsdp\n  init_args:\n"
+                      "    state_dict_type: shardd\n",
+                      "{f}:6: strategy.init_args.state_dict_type: expected one of full, sharded, got 'shardd'; "
+                      "did you mean 'sharded'?");
+}
+
 TEST_F(CliTest, CallbacksMustBeAList) {
   expect_config_error("model: TinyNet\ndata: TinyData\ncallbacks:\n  class_path: EarlyStopping\n",
                       "{f}:4: callbacks: expected a list of {class_path, init_args}, got a mapping");

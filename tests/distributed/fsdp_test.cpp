@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <iostream>
@@ -284,6 +285,163 @@ TEST(FsdpCheckpoint, AFullShardCheckpointIsWrittenStreamedAndIsDdpsForTorchLoad)
                                 "/tests/python/checkpoint_interop.py same " + (dir / "fsdp" / name).string() + " " +
                                 (dir / "ddp" / name).string() + " 1e-6";
     EXPECT_EQ(std::system(command.c_str()), 0) << command;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+namespace {
+const char* name_of(lt::ShardingStrategy sharding) {
+  return sharding == lt::ShardingStrategy::kFullShard ? "FULL_SHARD" : "SHARD_GRAD_OP";
+}
+}  // namespace
+
+// A window that every rank pads (1 batch each, accumulate_grad_batches 3:
+// the epoch's only window ends past every rank's data), from the first
+// step: no rank runs the micro-batch that reduces, so the units' order is
+// learnt later; every sharding ends with ddp's weights (1e-6), Adam, 3 epochs.
+LT_TEST_WORKER(FsdpEveryRankPads) {
+  const int rank = env_int("RANK");
+  auto train = [&](const std::shared_ptr<lt::Strategy>& strategy, bool units) {
+    auto model = std::make_shared<JoinNet>(units);
+    model->optim = "adam";
+    lt::Trainer trainer(options(strategy, 2).max_epochs(3).accumulate_grad_batches(3));
+    trainer.fit(model, rank_loader(rank, 1 + rank));
+    return model->flat();
+  };
+  const torch::Tensor reference = train(ddp(), false);
+  for (const auto sharding : {lt::ShardingStrategy::kShardGradOp, lt::ShardingStrategy::kFullShard}) {
+    fsdp()->options().sharding_strategy(sharding);
+    const torch::Tensor got = train(fsdp(), sharding == lt::ShardingStrategy::kFullShard);
+    const double differ = (got - reference).abs().max().item<double>();
+    LT_WORKER_CHECK(differ <= 1e-6, name_of(sharding), " differs from ddp by ", differ);
+  }
+  fsdp()->options().sharding_strategy(lt::ShardingStrategy::kShardGradOp);
+  return 0;
+}
+
+TEST(FsdpJoin, AWindowEveryRankPadsBeforeTheFirstReductionEndsAsDdp) {
+  expect_workers_pass("FsdpEveryRankPads", 2, std::chrono::seconds(60));
+}
+
+// Sharded checkpoints (state_dict_type sharded). JoinNet on 28 samples
+// dealt by the distributed sampler (batches of 2: 7 per rank on 2 ranks),
+// Adam, accumulation 2, a global-norm clip, 2 epochs, a checkpoint every 3
+// steps (the first mid-epoch), under SHARD_GRAD_OP and FULL_SHARD with
+// declared units, written full and written sharded by the same run.
+namespace {
+std::shared_ptr<lt::DataLoader> sampled_loader() {
+  std::vector<torch::Tensor> xs, ys;
+  for (int64_t b = 0; b < 14; ++b) {
+    auto [x, y] = oracle_batch(b % 2, b);
+    xs.push_back(x);
+    ys.push_back(y);
+  }
+  return std::make_shared<lt::DataLoader>(std::make_shared<lt::TensorDataset>(torch::cat(xs), torch::cat(ys)),
+                                          lt::DataLoaderOptions(kBatch));
+}
+
+lt::TrainerOptions sampled_options(const std::shared_ptr<lt::Strategy>& strategy, int ws) {
+  return options(strategy, ws).max_epochs(2).accumulate_grad_batches(2).gradient_clip_val(0.05);
+}
+
+}  // namespace
+
+// Written by 2 ranks: the sharded run's weights are the full run's, and
+// resumed from its mid-epoch sharded checkpoint it ends as it did, bitwise.
+LT_TEST_WORKER(FsdpShardedCheckpointWrite) {
+  const std::string dir = env_str("LT_CKPT_DIR");
+  for (const auto sharding : {lt::ShardingStrategy::kShardGradOp, lt::ShardingStrategy::kFullShard}) {
+    fsdp()->options().sharding_strategy(sharding);
+    auto run = [&](lt::StateDictType type, const std::string& ckpt_path) {
+      fsdp()->options().state_dict_type(type);
+      auto model = std::make_shared<JoinNet>(/*units=*/sharding == lt::ShardingStrategy::kFullShard);
+      model->optim = "adam";
+      auto run_options = sampled_options(fsdp(), 2);
+      if (ckpt_path.empty()) {
+        const std::string to = dir + "/" + name_of(sharding) + (type == lt::StateDictType::kSharded ? "/sharded" : "/full");
+        run_options.callbacks({std::make_shared<lt::ModelCheckpoint>(
+            lt::ModelCheckpointOptions().dirpath(to).every_n_train_steps(3).save_top_k(-1))});
+      }
+      lt::Trainer trainer(run_options);
+      trainer.fit(model, sampled_loader(), nullptr, ckpt_path);
+      return model->flat();
+    };
+    const torch::Tensor full = run(lt::StateDictType::kFull, "");
+    const torch::Tensor sharded = run(lt::StateDictType::kSharded, "");
+    LT_WORKER_CHECK(sharded.equal(full), name_of(sharding), ": the sharded-saving run differs from the full-saving one");
+    const torch::Tensor resumed =
+        run(lt::StateDictType::kSharded, dir + "/" + name_of(sharding) + "/sharded/epoch=0-step=3.ckpt");
+    LT_WORKER_CHECK(resumed.equal(full), name_of(sharding), " resumed from its mid-epoch sharded checkpoint differs by ",
+                    (resumed - full).abs().max().item<double>());
+  }
+  fsdp()->options().sharding_strategy(lt::ShardingStrategy::kShardGradOp).state_dict_type(lt::StateDictType::kFull);
+  return 0;
+}
+
+// Loads LT_LOAD on WORLD_SIZE ranks under LT_STRATEGY (fsdp: FULL_SHARD; ddp;
+// single: one process) and, as the run starts, saves what it loaded as a full
+// checkpoint LT_OUT.
+LT_TEST_WORKER(FsdpCheckpointLoad) {
+  const int ws = env_int("WORLD_SIZE");
+  const std::string strategy = env_str("LT_STRATEGY");
+  fsdp()->options().sharding_strategy(lt::ShardingStrategy::kFullShard);
+  auto save = std::make_shared<lt::LambdaCallback>();
+  save->on_train_start_fn = [out = env_str("LT_OUT")](lt::Trainer& trainer, lt::LightningModule&) {
+    trainer.save_checkpoint(out);
+  };
+  auto model = std::make_shared<JoinNet>(/*units=*/strategy == "fsdp");
+  model->optim = "adam";
+  auto run_options = strategy == "fsdp" ? sampled_options(fsdp(), ws)
+                     : strategy == "ddp" ? sampled_options(ddp(), ws)
+                                         : sampled_options(nullptr, 1);
+  lt::Trainer trainer(run_options.max_steps(4).callbacks({save}));
+  trainer.fit(model, sampled_loader(), nullptr, env_str("LT_LOAD"));
+  return 0;
+}
+
+namespace {
+// Every tensor of `a` and `b`'s state_dict and optimizer state, bitwise.
+void expect_same_state(const std::string& a, const std::string& b) {
+  const auto one = lt::pickle_load_file(a).toGenericDict(), other = lt::pickle_load_file(b).toGenericDict();
+  const auto weights = one.at("state_dict").toGenericDict(), other_weights = other.at("state_dict").toGenericDict();
+  ASSERT_EQ(weights.size(), other_weights.size()) << a << " and " << b;
+  for (const auto& item : weights) {
+    EXPECT_TRUE(item.value().toTensor().equal(other_weights.at(item.key()).toTensor()))
+        << item.key().toStringRef() << " of " << a << " and " << b;
+  }
+  const torch::Tensor state = optimizer_state_of(a, "adam"), other_state = optimizer_state_of(b, "adam");
+  EXPECT_TRUE(state.numel() > 0 && state.equal(other_state)) << "the optimizer state of " << a << " and " << b;
+}
+}  // namespace
+
+// A sharded checkpoint (a folder: meta.pt and a file per rank) written by 2
+// ranks, mid-epoch, has the values of the full one of the same run (read in
+// one process), resumes on 2 ranks as the uninterrupted run (bitwise), and
+// loads on 3 FULL_SHARD ranks, on 2 ddp ranks and in one process with
+// bitwise the module and optimizer state it holds.
+TEST(FsdpCheckpoint, AShardedCheckpointOfTwoRanksLoadsOnThreeOnOneAndUnderDdpBitwise) {
+  const auto dir = std::filesystem::temp_directory_path() / ("lt_fsdp_sharded_" + std::to_string(::getpid()));
+  expect_workers_pass("FsdpShardedCheckpointWrite", 2, std::chrono::seconds(120), {{"LT_CKPT_DIR", dir.string()}});
+  for (const char* sharding : {"SHARD_GRAD_OP", "FULL_SHARD"}) {
+    const auto sharded = dir / sharding / "sharded" / "epoch=0-step=3.ckpt";
+    const auto full = (dir / sharding / "full" / "epoch=0-step=3.ckpt").string();
+    ASSERT_TRUE(lt::is_sharded_checkpoint(sharded.string())) << sharded;
+    std::vector<std::string> files;
+    for (const auto& entry : std::filesystem::directory_iterator(sharded)) files.push_back(entry.path().filename());
+    std::sort(files.begin(), files.end());
+    ASSERT_EQ(files.size(), 3u) << sharded;
+    EXPECT_EQ(files[0], "meta.pt");
+    EXPECT_EQ(files[1].rfind("shard_0_of_2-", 0), 0u) << files[1];
+    EXPECT_EQ(files[2].rfind("shard_1_of_2-", 0), 0u) << files[2];
+    lt::check_checkpoint_file(sharded.string());
+    expect_same_state(sharded.string(), full);
+    for (const auto& [strategy, ranks] : {std::pair<std::string, int>{"fsdp", 3}, {"ddp", 2}, {"single", 1}}) {
+      const std::string out = (dir / sharding).string() + "/loaded_" + strategy + ".ckpt";
+      expect_workers_pass("FsdpCheckpointLoad", ranks, std::chrono::seconds(60),
+                          {{"LT_LOAD", sharded.string()}, {"LT_OUT", out}, {"LT_STRATEGY", strategy}});
+      SCOPED_TRACE(std::string(sharding) + " loaded under " + strategy);
+      expect_same_state(out, full);
+    }
   }
   std::filesystem::remove_all(dir);
 }

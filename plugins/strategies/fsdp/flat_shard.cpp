@@ -306,6 +306,8 @@ torch::Tensor FlatShard::unit_parameter(size_t u, size_t j, const torch::Tensor&
   return flat.narrow(0, unit.offsets[j], p.numel()).view(p.sizes());
 }
 
+int64_t FlatShard::unit_parameter_offset(size_t u, size_t j) const { return units_.at(u).offsets.at(j); }
+
 torch::Tensor FlatShard::flatten(const std::vector<torch::Tensor>& whole) const {
   LT_INTERNAL_ASSERT(whole.size() == params_.size(), "FlatShard::flatten: ", whole.size(), " tensors for ",
                      params_.size(), " parameters");
@@ -503,10 +505,14 @@ void FlatShard::share_sequence(bool has_record) {
   group_->allreduce(v, max)->wait();
   const torch::Tensor got = v[0].cpu();
   const int64_t size = got[0].item<int64_t>();
-  LT_CHECK(size >= 0, "strategy fsdp: no rank ran the first micro-batch that reduces gradients");
+  for (size_t u = 0; u < units_.size(); ++u) free(u);
+  // Every rank padded this micro-batch (a window that ends past every rank's
+  // data, as the rest of an epoch resumed mid-window can): each reduced in the
+  // canonical order, and the window stays canonical (after_optimizer_step
+  // gathers the units back).
+  if (size < 0) return;
   const auto* data = got.data_ptr<int64_t>();
   sequence_.assign(data + 1, data + 1 + size);
-  for (size_t u = 0; u < units_.size(); ++u) free(u);
 }
 
 // -- one micro-batch --------------------------------------------------------------------------------
@@ -646,8 +652,9 @@ void FlatShard::backward(const torch::Tensor& loss) {
 }
 
 void FlatShard::after_optimizer_step() {
+  // In the canonical window every unit is whole when a micro-batch starts.
   for (size_t u = 0; u < units_.size(); ++u) {
-    if (!units_[u].freeable) gather(u);
+    if (!units_[u].freeable || canonical()) gather(u);
   }
 }
 

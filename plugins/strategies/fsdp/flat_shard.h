@@ -49,7 +49,9 @@
 //     R(u) go in reverse unit order (the canonical window: no G at all; a
 //     freeable unit is freed once reduced), while each rank records what 2-5
 //     would be; at that micro-batch's end every rank (joined ones with -1)
-//     allreduces MAX its record: from then on every rank holds the sequence;
+//     allreduces MAX its record: from then on every rank holds the sequence
+//     (where every rank padded that micro-batch, none has a record: the
+//     window stays canonical, the units gathered back after the step);
 //   - after it, an active rank checks each collective against the sequence
 //     before issuing it (a graph that changes its units' order is an error,
 //     not a silent mismatch), and a rank with no micro-batch replays it:
@@ -118,6 +120,8 @@ class FlatShard : public GradientSync, private FSDPUnitHooks {
   ShardCollectives::Gathering start_gather_unit(size_t u, const torch::Tensor& chunk, int64_t root) const;
   // The j-th of unit_parameters(u), shaped like its parameter, as a view of such a flat buffer.
   torch::Tensor unit_parameter(size_t u, size_t j, const torch::Tensor& flat) const;
+  // Where it starts in such a flat buffer.
+  int64_t unit_parameter_offset(size_t u, size_t j) const;
 
   // Collective: every unit's parameters whole (gathered where freed), until reshard().
   void unshard();

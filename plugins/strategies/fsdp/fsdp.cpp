@@ -1,6 +1,9 @@
 #include <lightning_cpp/plugins/strategies/fsdp/fsdp.h>
 
 #include <cmath>
+#include <filesystem>
+#include <functional>
+#include <random>
 #include <map>
 #include <utility>
 #include <unordered_map>
@@ -299,6 +302,7 @@ void FSDPStrategy::load_optimizer_state(torch::optim::Optimizer& optimizer, cons
 
 void FSDPStrategy::save_checkpoint(const c10::IValue& checkpoint, const std::string& path) {
   std::vector<DeferredUnit> deferred = std::exchange(deferred_, {});
+  if (options_.state_dict_type() == StateDictType::kSharded) return save_sharded(checkpoint, path, deferred);
   if (deferred.empty()) return ParallelStrategy::save_checkpoint(checkpoint, path);
   // Every rank sends its chunks unit by unit; global rank 0 writes each
   // unit's values as they arrive, the next unit's gather under way meanwhile
@@ -331,6 +335,58 @@ void FSDPStrategy::save_checkpoint(const c10::IValue& checkpoint, const std::str
     values([](const torch::Tensor&, const torch::Tensor&) {});
   }
   barrier("save_checkpoint");
+}
+
+void FSDPStrategy::save_sharded(const c10::IValue& checkpoint, const std::string& path,
+                                const std::vector<DeferredUnit>& deferred) {
+  namespace fs = std::filesystem;
+  // Every rank writes its chunks (part k: deferred[k]'s) to its own file at
+  // once; then global rank 0 writes meta.pt, which names them: the folder
+  // holds the new checkpoint from the moment meta.pt replaces the old one.
+  // A failure on any rank is known to all (two decisions), never a hang.
+  // The save's token, rank 0's, names its files apart from an earlier save's (not the torch generator's: the run's).
+  const auto token = static_cast<uint64_t>(
+      broadcast(torch::tensor({static_cast<int64_t>(std::random_device()()) << 32 | std::random_device()()}), 0)
+          .item<int64_t>());
+  std::vector<std::string> files;
+  if (!deferred.empty()) {
+    for (int64_t r = 0; r < world_size(); ++r) files.push_back(shard_file_name(r, world_size(), token));
+  }
+  std::string error;
+  auto attempt = [&](const std::function<void()>& write) {
+    try {
+      write();
+    } catch (const std::exception& e) {
+      error = error_message(e);
+    }
+  };
+  auto agree = [&](const char* what) {
+    if (reduce_boolean_decision(error.empty(), /*all=*/true)) return;
+    throw Error(!error.empty() ? error
+                               : c10::str("strategy fsdp: the sharded checkpoint '", path, "' was not saved: another ",
+                                          "rank failed to write ", what, " (its error is in its log)"));
+  };
+  attempt([&] {
+    fs::create_directories(path);
+    if (files.empty()) return;
+    std::vector<c10::IValue> parts;
+    for (const DeferredUnit& unit : deferred) parts.emplace_back(unit.chunk.contiguous());
+    atomic_pickle_save(c10::ivalue::Tuple::create(std::move(parts)), (fs::path(path) / files[global_rank()]).string());
+  });
+  agree("its file");
+  if (is_global_zero()) {
+    attempt([&] {
+      std::vector<ShardedPlace> places;
+      for (size_t k = 0; k < deferred.size(); ++k) {
+        for (const auto& [j, placeholder] : deferred[k].placeholders) {
+          places.push_back({placeholder, static_cast<int64_t>(k),
+                            flat_shard()->unit_parameter_offset(deferred[k].unit, j)});
+        }
+      }
+      write_sharded_meta(checkpoint, path, files, places);
+    });
+  }
+  agree("meta.pt");
 }
 
 void FSDPStrategy::clip_gradients(torch::optim::Optimizer& optimizer, double clip_val,

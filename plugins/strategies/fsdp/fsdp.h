@@ -26,12 +26,15 @@
 //
 // Checkpoints are DDP's: the module's whole state_dict, and the optimizer's
 // state that of the unsharded optimizer in PyTorch's layout; loading
-// reshards it, from a checkpoint of any world size or strategy. They are
-// written streamed: in the dict a checkpoint's hooks see, the tensors a rank
-// holds only chunks of (freed parameters, the optimizer's state) are
-// placeholders (core/checkpoint_io.h's deferred_tensor: shape and dtype, no
-// bytes); save_checkpoint gathers them to global rank 0 a unit at a time
-// while it writes the file, so no rank holds the whole model or state.
+// reshards it, from a checkpoint of any world size or strategy. In the dict
+// a checkpoint's hooks see, the tensors a rank holds only chunks of (freed
+// parameters, the optimizer's state) are placeholders (core/checkpoint_io.h's
+// deferred_tensor: shape and dtype, no bytes). state_dict_type full (the
+// default): save_checkpoint gathers them to global rank 0 a unit at a time
+// while it writes the file, so no rank holds the whole model or state;
+// sharded: every rank writes its chunks to a file of its own, and rank 0
+// meta.pt, which places each placeholder's value in them (a folder,
+// core/checkpoint_io.h), no collective but two decisions.
 // Between epochs, during evaluation and after fit the module is whole.
 
 #include <chrono>
@@ -65,6 +68,15 @@ struct OptionEnumNames<ReduceDtype> {
   static constexpr std::pair<ReduceDtype, const char*> kNames[] = {{ReduceDtype::kFloat32, "float32"},
                                                                    {ReduceDtype::kFloat16, "float16"},
                                                                    {ReduceDtype::kBFloat16, "bfloat16"}};
+};
+
+// Lightning's FSDPStrategy(state_dict_type).
+enum class StateDictType { kFull, kSharded };
+
+template <>
+struct OptionEnumNames<StateDictType> {
+  static constexpr std::pair<StateDictType, const char*> kNames[] = {{StateDictType::kFull, "full"},
+                                                                     {StateDictType::kSharded, "sharded"}};
 };
 
 // The options' rows, with their docs: fsdp/fsdp_options.def.
@@ -114,8 +126,10 @@ class FSDPStrategy : public ParallelStrategy {
   void clip_gradients(torch::optim::Optimizer& optimizer, double clip_val, GradientClipAlgorithm algorithm) override;
   // Sharded: decided alike (the ranks' gradients differ before the reduction).
   bool all_finite(const std::vector<torch::Tensor>& tensors) override;
-  // Global rank 0 writes the file while every rank sends it the placeholders'
-  // values a unit at a time (collectives), then every rank waits for it.
+  // full: global rank 0 writes the file while every rank sends it the
+  // placeholders' values a unit at a time (collectives), then every rank
+  // waits for it. sharded: the folder (see above); a rank that fails to write
+  // its file fails the save on every rank, leaving the previous checkpoint.
   void save_checkpoint(const c10::IValue& checkpoint, const std::string& path) override;
 
  protected:
@@ -126,6 +140,8 @@ class FSDPStrategy : public ParallelStrategy {
 
  private:
   std::string sharding() const;
+  void save_sharded(const c10::IValue& checkpoint, const std::string& path,
+                    const std::vector<detail::DeferredUnit>& deferred);
 
   FSDPStrategyOptions options_;
   bool reshard_after_evaluation_ = false;
