@@ -330,7 +330,7 @@ std::string ModelCheckpoint::checkpoint_path(const std::string& which) const {
   if (which == "last" || newest.empty()) return newest;
   // In a new process (validate with ckpt_path best): the best model as the
   // newest checkpoint's state of this callback names it.
-  const auto ckpt = pickle_load_file(newest).toGenericDict();
+  const auto ckpt = pickle_load_file(newest, /*placeholders=*/true).toGenericDict();  // its callbacks' state only
   if (!ckpt.contains("callbacks")) return {};
   const auto states = ckpt.at("callbacks").toGenericDict();
   if (!states.contains(state_key())) return {};

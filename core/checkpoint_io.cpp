@@ -57,7 +57,7 @@ void load_module_state_dict(torch::nn::Module& module, const c10::Dict<std::stri
     const torch::Tensor& source = it->value();
     LT_CHECK_VALUE(source.sizes() == target.sizes(), "state_dict: '", name, "' has shape ", source.sizes(),
                    " but the module expects ", target.sizes());
-    target.copy_(source);
+    copy_elements(source, 0, target);  // a sharded checkpoint's placeholder: read from its rank files
     ++matched;
   };
   for (auto& p : module.named_parameters(true)) copy_into(p.key(), p.value());
@@ -774,66 +774,127 @@ ShardedTable sharded_table(const std::shared_ptr<CheckedCheckpoint>& meta) {
   return table;
 }
 
-c10::IValue load_sharded(const std::string& dir) {
-  namespace fs = std::filesystem;
-  const std::string meta_path = (fs::path(dir) / kMetaFile).string();
-  auto meta = std::make_shared<CheckedCheckpoint>(meta_path);
-  const ShardedTable table = sharded_table(meta);
-  // Each rank file's parts, read (mapped) when a value first needs them.
-  std::vector<std::vector<torch::Tensor>> parts(table.files.size());
-  auto parts_of = [&](size_t r) -> const std::vector<torch::Tensor>& {
-    if (parts[r].empty()) {
-      const std::string path = (fs::path(dir) / table.files[r]).string();
-      LT_CHECK_VALUE(fs::exists(path), "sharded checkpoint '", dir, "': its meta.pt names the file '", table.files[r],
-                     "', which is missing (a folder copied in part, or a rank file removed)");
-      const c10::IValue loaded = pickle_load_file(path);
-      LT_CHECK_VALUE(loaded.isTuple(), "sharded checkpoint '", dir, "': '", table.files[r], "' holds no tuple of parts");
-      for (const auto& part : loaded.toTupleRef().elements()) parts[r].push_back(part.toTensor().contiguous());
+// A sharded checkpoint's rank files, each read (mapped, its records
+// CRC-checked) when a value first needs it.
+class RankFiles {
+ public:
+  RankFiles(std::string dir, std::vector<std::string> files) : dir_(std::move(dir)), files_(std::move(files)) {
+    parts_.resize(files_.size());
+  }
+
+  // Elements [offset, offset + numel) of the parts `part` of the files end
+  // to end, as a view of one file where they lie in one part, else undefined.
+  torch::Tensor view(int64_t part, int64_t offset, int64_t numel) {
+    int64_t start = 0;
+    for (size_t r = 0; r < files_.size(); ++r) {
+      const torch::Tensor& t = part_of(r, part);
+      if (offset >= start && offset + numel <= start + t.numel()) return t.narrow(0, offset - start, numel);
+      if (start + t.numel() > offset) return {};
+      start += t.numel();
     }
-    return parts[r];
-  };
+    return {};
+  }
+
+  // The dtype of the parts `part`.
+  torch::TensorOptions options(int64_t part) { return part_of(0, part).options(); }
+
+  // The same elements copied into `out` (contiguous, of the parts' dtype).
+  void read(int64_t part, int64_t offset, const torch::Tensor& out) {
+    const int64_t numel = out.numel();
+    int64_t start = 0;
+    for (size_t r = 0; r < files_.size() && start < offset + numel; ++r) {
+      const torch::Tensor& t = part_of(r, part);
+      LT_CHECK_VALUE(t.dtype() == out.dtype(), "sharded checkpoint '", dir_, "': part ", part, " of '", files_[r],
+                     "' is ", t.dtype(), " where meta.pt has ", out.dtype());
+      const int64_t from = std::max(offset, start), to = std::min(offset + numel, start + t.numel());
+      if (from < to) out.narrow(0, from - offset, to - from).copy_(t.narrow(0, from - start, to - from));
+      start += t.numel();
+    }
+    LT_CHECK_VALUE(start >= offset + numel, "sharded checkpoint '", dir_, "': the rank files' part ", part, " holds ",
+                   start, " elements, and meta.pt places a value at elements [", offset, ", ", offset + numel, ")");
+  }
+
+ private:
+  const torch::Tensor& part_of(size_t r, int64_t part) {
+    if (parts_[r].empty()) {
+      const std::string path = (std::filesystem::path(dir_) / files_[r]).string();
+      LT_CHECK_VALUE(std::filesystem::exists(path), "sharded checkpoint '", dir_, "': its meta.pt names the file '",
+                     files_[r], "', which is missing (a folder copied in part, or a rank file removed)");
+      const c10::IValue loaded = pickle_load_file(path);
+      LT_CHECK_VALUE(loaded.isTuple(), "sharded checkpoint '", dir_, "': '", files_[r], "' holds no tuple of parts");
+      for (const auto& t : loaded.toTupleRef().elements()) parts_[r].push_back(t.toTensor().contiguous().view(-1));
+    }
+    LT_CHECK_VALUE(part >= 0 && static_cast<size_t>(part) < parts_[r].size(), "sharded checkpoint '", dir_, "': '",
+                   files_[r], "' has ", parts_[r].size(), " parts, and meta.pt places a value in part ", part);
+    return parts_[r][static_cast<size_t>(part)];
+  }
+
+  std::string dir_;
+  std::vector<std::string> files_;
+  std::vector<std::vector<torch::Tensor>> parts_;
+};
+
+// What a placeholder of a sharded checkpoint read with placeholders holds in
+// its DataPtr's context: where its elements are.
+struct PlacedValue {
+  std::shared_ptr<RankFiles> files;
+  int64_t part;
+  int64_t offset;
+};
+void delete_placed(void* placed) { delete static_cast<PlacedValue*>(placed); }
+
+c10::IValue load_sharded(const std::string& dir, bool placeholders) {
+  namespace fs = std::filesystem;
+  auto meta = std::make_shared<CheckedCheckpoint>((fs::path(dir) / kMetaFile).string());
+  const ShardedTable table = sharded_table(meta);
+  auto files = std::make_shared<RankFiles>(dir, table.files);
   auto elsewhere = [&](const std::string& key) -> at::DataPtr {
     auto it = table.places.find(key);
     if (it == table.places.end()) meta->corrupt(c10::str("record 'data/", key, "' is neither in it nor placed in a rank file"));
     const auto [part, offset, numel] = it->second;
-    // The value: elements [offset, offset + numel) of the parts `part` end to end.
-    std::vector<std::pair<const torch::Tensor*, int64_t>> pieces;  // (part, its first element in the value)
-    int64_t start = 0;
-    for (size_t r = 0; r < table.files.size() && start < offset + numel; ++r) {
-      const std::vector<torch::Tensor>& of_rank = parts_of(r);
-      LT_CHECK_VALUE(part >= 0 && static_cast<size_t>(part) < of_rank.size(), "sharded checkpoint '", dir, "': '",
-                     table.files[r], "' has ", of_rank.size(), " parts, and meta.pt places a value in part ", part);
-      const torch::Tensor& t = of_rank[static_cast<size_t>(part)];
-      if (start + t.numel() > offset) pieces.emplace_back(&t, start);
-      start += t.numel();
+    if (placeholders) {
+      return at::DataPtr(nullptr, new PlacedValue{files, part, offset}, &delete_placed, at::Device(at::kCPU));
     }
-    LT_CHECK_VALUE(start >= offset + numel && !pieces.empty(), "sharded checkpoint '", dir, "': the rank files' part ",
-                   part, " holds ", start, " elements, and meta.pt places a value at elements [", offset, ", ",
-                   offset + numel, ")");
-    auto keep = [](torch::Tensor t) {
-      void* data = t.data_ptr();
-      return at::DataPtr(data, new torch::Tensor(std::move(t)),
-                         [](void* tensor) { delete static_cast<torch::Tensor*>(tensor); }, at::Device(at::kCPU));
-    };
-    const auto [first, first_start] = pieces.front();
-    if (first_start + first->numel() >= offset + numel) return keep(first->narrow(0, offset - first_start, numel));
-    torch::Tensor value = torch::empty({numel}, first->options());
-    for (const auto& [piece, piece_start] : pieces) {
-      LT_CHECK_VALUE(piece->dtype() == value.dtype(), "sharded checkpoint '", dir, "': part ", part,
-                     " has different dtypes in different rank files");
-      const int64_t from = std::max(offset, piece_start), to = std::min(offset + numel, piece_start + piece->numel());
-      value.narrow(0, from - offset, to - from).copy_(piece->narrow(0, from - piece_start, to - from));
+    torch::Tensor value = files->view(part, offset, numel);
+    if (!value.defined()) {
+      value = torch::empty({numel}, files->options(part));
+      files->read(part, offset, value);
     }
-    return keep(std::move(value));
+    void* data = value.data_ptr();
+    return at::DataPtr(data, new torch::Tensor(std::move(value)),
+                       [](void* tensor) { delete static_cast<torch::Tensor*>(tensor); }, at::Device(at::kCPU));
   };
   return load_archive(meta, elsewhere);
 }
 
 }  // namespace
 
-c10::IValue pickle_load_file(const std::string& path) {
-  if (is_sharded_checkpoint(path)) return load_sharded(path);
+c10::IValue pickle_load_file(const std::string& path, bool placeholders) {
+  if (is_sharded_checkpoint(path)) return load_sharded(path, placeholders);
   return load_archive(std::make_shared<CheckedCheckpoint>(path));
+}
+
+void copy_elements(const torch::Tensor& value, int64_t begin, const torch::Tensor& dst) {
+  torch::NoGradGuard no_grad;
+  if (!is_deferred(value)) {
+    dst.copy_(value.reshape(-1).narrow(0, begin, dst.numel()).view(dst.sizes()));
+    return;
+  }
+  const at::DataPtr& data = value.storage().data_ptr();
+  LT_INTERNAL_ASSERT(data.get_deleter() == &delete_placed && value.is_contiguous(),
+                     "copy_elements: a placeholder that no sharded checkpoint's load made");
+  const auto* placed = static_cast<const PlacedValue*>(data.get_context());
+  const bool direct = dst.is_contiguous() && dst.dtype() == value.dtype();
+  const torch::Tensor out = direct ? dst : torch::empty(dst.sizes(), value.options());
+  placed->files->read(placed->part, placed->offset + value.storage_offset() + begin, out.view(-1));
+  if (!direct) dst.copy_(out);
+}
+
+torch::Tensor materialized(const torch::Tensor& value) {
+  if (!is_deferred(value)) return value;
+  torch::Tensor out = torch::empty(value.sizes(), value.options());
+  copy_elements(value, 0, out);
+  return out;
 }
 
 void check_checkpoint_file(const std::string& path) {

@@ -75,8 +75,16 @@ void write_pickle_archive(const c10::IValue& value, const std::function<void(con
 // damaged or one of whose records fails its CRC-32 check (LibTorch's reader
 // checks none of it) is a ValueError naming the record;
 // check_checkpoint_file does the same checks alone.
-// Either reads a sharded checkpoint's folder too (below).
-c10::IValue pickle_load_file(const std::string& path);
+// Either reads a sharded checkpoint's folder too (below). With
+// `placeholders`, a sharded checkpoint's values that its rank files hold stay
+// there: each is a placeholder (is_deferred) that copy_elements reads from
+// them, so that a rank reads only the parts it needs.
+c10::IValue pickle_load_file(const std::string& path, bool placeholders = false);
+// Copies elements [begin, begin + dst.numel()) of `value` (contiguous, its
+// elements in order) into `dst`: read from its checkpoint's rank files where
+// `value` is such a placeholder. materialized(value): all of them, as a tensor.
+void copy_elements(const torch::Tensor& value, int64_t begin, const torch::Tensor& dst);
+torch::Tensor materialized(const torch::Tensor& value);
 void check_checkpoint_file(const std::string& path);
 
 // A sharded checkpoint (fsdp's state_dict_type sharded) is a folder: a file

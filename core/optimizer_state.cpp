@@ -168,7 +168,12 @@ struct Get {
       return;
     }
     LT_CHECK_VALUE(v->isTensor(), where, ".", name, " must be a tensor, got a ", v->tagKind());
-    const torch::Tensor& t = v->toTensor();
+    // A sharded checkpoint's placeholder: kept as it is where it is neither copied nor cast (its reader
+    // then copies the part it needs).
+    const torch::Tensor& given = v->toTensor();
+    const bool fits = given.device() == parameter->device() &&
+                      (!given.is_floating_point() || given.scalar_type() == parameter->scalar_type());
+    const torch::Tensor t = is_deferred(given) && (copy || !fits) ? materialized(given) : given;
     LT_CHECK_VALUE(t.sizes() == parameter->sizes(), where, ".", name, " has shape ", t.sizes(),
                    " but its parameter has shape ", parameter->sizes(), " (the state of another model?)");
     value = t.to(parameter->device(), t.is_floating_point() ? parameter->scalar_type() : t.scalar_type(),

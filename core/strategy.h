@@ -192,6 +192,10 @@ class Strategy {
   // Writes the checkpoint every rank dumped (which rank writes what: here
   // global rank 0 writes the whole file), then every rank waits for it.
   virtual void save_checkpoint(const c10::IValue& checkpoint, const std::string& path);
+  // Reads a checkpoint a run resumes from (Lightning's load_checkpoint): here
+  // pickle_load_file's; a sharding strategy leaves a sharded checkpoint's
+  // values placeholders its loads read their parts of.
+  virtual c10::IValue load_checkpoint(const std::string& path);
 
   // -- collectives (identity in one process) -------------------------------------
   virtual torch::Tensor reduce(const torch::Tensor& tensor, ReduceOp op = ReduceOp::kMean);

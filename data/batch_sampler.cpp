@@ -39,17 +39,23 @@ LengthBucketBatchSampler::LengthBucketBatchSampler(std::vector<int64_t> lengths,
   }
 }
 
+std::vector<int64_t> LengthBucketBatchSampler::order(int64_t epoch) const {
+  const auto n = static_cast<int64_t>(lengths_->size());
+  if (options_.shuffle()) return seeded_permutation(n, options_.seed() + static_cast<uint64_t>(epoch));
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  return order;
+}
+
 std::vector<std::vector<int64_t>> LengthBucketBatchSampler::batches(int64_t epoch) const {
+  return batches_of(order(epoch), epoch);
+}
+
+std::vector<std::vector<int64_t>> LengthBucketBatchSampler::batches_of(const std::vector<int64_t>& order,
+                                                                     int64_t epoch) const {
   const std::vector<int64_t>& lengths = *lengths_;
-  const auto n = static_cast<int64_t>(lengths.size());
+  const auto n = static_cast<int64_t>(order.size());
   const uint64_t seed = options_.seed() + static_cast<uint64_t>(epoch);
-  std::vector<int64_t> order;
-  if (options_.shuffle()) {
-    order = seeded_permutation(n, seed);
-  } else {
-    order.resize(n);
-    std::iota(order.begin(), order.end(), 0);
-  }
   std::vector<int64_t> mine;
   for (int64_t i = options_.rank(); i < n; i += options_.num_replicas()) mine.push_back(order[i]);
 
@@ -94,6 +100,14 @@ std::shared_ptr<BatchSampler> LengthBucketBatchSampler::sharded(int64_t rank, in
   auto copy = std::make_shared<LengthBucketBatchSampler>(*this);
   copy->options_.rank(rank).num_replicas(num_replicas);
   return copy;
+}
+
+RemainderBatchSampler::RemainderBatchSampler(std::shared_ptr<const LengthBucketBatchSampler> inner, int64_t epoch,
+                                             std::vector<int64_t> remaining, std::vector<uint8_t> trained)
+    : inner_(std::move(inner)), epoch_(epoch), remaining_(std::move(remaining)), trained_(std::move(trained)) {}
+
+std::vector<std::vector<int64_t>> RemainderBatchSampler::batches(int64_t epoch) const {
+  return epoch == epoch_ ? inner_->batches_of(remaining_, epoch) : inner_->batches(epoch);
 }
 
 }  // namespace lt

@@ -70,10 +70,35 @@ class LengthBucketBatchSampler : public BatchSampler {
   std::vector<std::vector<int64_t>> batches(int64_t epoch) const override;
   std::shared_ptr<BatchSampler> sharded(int64_t rank, int64_t num_replicas) const override;
   const LengthBucketOptions& options() const { return options_; }
+  // Step 1: the epoch's order of every sample.
+  std::vector<int64_t> order(int64_t epoch) const;
+  // Steps 2-4 on `order` (dataset indices): this rank's batches.
+  std::vector<std::vector<int64_t>> batches_of(const std::vector<int64_t>& order, int64_t epoch) const;
 
  private:
   std::shared_ptr<const std::vector<int64_t>> lengths_;  // shared by the rank copies
   LengthBucketOptions options_;
+};
+
+// The rest of epoch `epoch` of a run resumed on another world size
+// (data/epoch_samples.h): the samples not trained yet (`remaining`, in the
+// epoch's order) bucketed by `inner` (sharded for this rank) as it buckets
+// an epoch; the other epochs are `inner`'s. `trained` marks what the
+// checkpoint recorded (1: trained).
+class RemainderBatchSampler : public BatchSampler {
+ public:
+  RemainderBatchSampler(std::shared_ptr<const LengthBucketBatchSampler> inner, int64_t epoch,
+                        std::vector<int64_t> remaining, std::vector<uint8_t> trained);
+  std::vector<std::vector<int64_t>> batches(int64_t epoch) const override;
+  const std::shared_ptr<const LengthBucketBatchSampler>& inner() const { return inner_; }
+  int64_t epoch() const { return epoch_; }
+  const std::vector<uint8_t>& trained() const { return trained_; }
+
+ private:
+  std::shared_ptr<const LengthBucketBatchSampler> inner_;
+  int64_t epoch_;
+  std::vector<int64_t> remaining_;
+  std::vector<uint8_t> trained_;
 };
 
 }  // namespace lt

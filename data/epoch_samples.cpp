@@ -1,10 +1,12 @@
 #include <lightning_cpp/data/epoch_samples.h>
 
+#include <memory>
 #include <numeric>
 #include <vector>
 
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/rank_zero.h>
+#include <lightning_cpp/data/batch_sampler.h>
 #include <lightning_cpp/data/distributed_sampler.h>
 
 namespace lt {
@@ -18,12 +20,27 @@ const Sampler* unpadded(const DataLoader& loader) {
   return sampler;
 }
 
+// The loader's LengthBucketBatchSampler (under the rest of an epoch dealt after a resume), if any.
+std::shared_ptr<const LengthBucketBatchSampler> bucketed(const DataLoader& loader) {
+  const std::shared_ptr<BatchSampler>& sampler = loader.batch_sampler();
+  if (const auto* rest = dynamic_cast<const RemainderBatchSampler*>(sampler.get())) return rest->inner();
+  return std::dynamic_pointer_cast<const LengthBucketBatchSampler>(sampler);
+}
+
 // Why `loader`'s samples are not the run's to deal out on `world_size`
-// ranks, or "" where they are: the strategy's DistributedSampler (or the
-// rest of an epoch dealt after a resume), or one process's own order.
+// ranks, or "" where they are: the strategy's DistributedSampler or
+// LengthBucketBatchSampler shards (or the rest of an epoch dealt after a
+// resume), or one process's own order.
 std::string not_dealt(const DataLoader& loader, int64_t world_size) {
   if (loader.is_stream()) return "its training data is a stream";
-  if (loader.batch_sampler()) return "its training loader has a batch sampler";
+  if (const auto bucket = bucketed(loader)) {
+    if (bucket->options().num_replicas() == world_size) return "";
+    return "each rank trains its own data as given (use_distributed_sampler: false)";
+  }
+  if (dynamic_cast<const PaddedBatchSampler*>(loader.batch_sampler().get()) != nullptr) {
+    return "its batch sampler's batches are repeated (uneven_inputs: pad; join deals them out)";
+  }
+  if (loader.batch_sampler()) return "its training loader has a batch sampler of its own";
   const Sampler* sampler = unpadded(loader);
   if (dynamic_cast<const DistributedSampler*>(sampler) != nullptr) return "";
   if (dynamic_cast<const RemainderSampler*>(sampler) != nullptr) return "";
@@ -50,10 +67,17 @@ std::optional<StateDict> epoch_samples_state(const DataLoader& loader, const Run
   const int64_t n = loader.dataset()->size();
   torch::Tensor trained = torch::zeros({n}, torch::kFloat);
   float* mark = trained.data_ptr<float>();
+  // What the checkpoint this epoch resumed from recorded.
+  const std::vector<uint8_t>* earlier = nullptr;
   if (const auto* rest = dynamic_cast<const RemainderSampler*>(unpadded(loader));
       rest != nullptr && rest->epoch() == state.current_epoch) {
-    for (int64_t i = 0; i < n; ++i) mark[i] = rest->trained()[static_cast<size_t>(i)];
+    earlier = &rest->trained();
   }
+  if (const auto* rest = dynamic_cast<const RemainderBatchSampler*>(loader.batch_sampler().get());
+      rest != nullptr && rest->epoch() == state.current_epoch) {
+    earlier = &rest->trained();
+  }
+  for (int64_t i = 0; earlier != nullptr && i < n; ++i) mark[i] = (*earlier)[static_cast<size_t>(i)];
   // Under Join a rank's iterations past its own batches were shadowed.
   const int64_t consumed = std::min(state.epoch_iteration, state.num_training_batches);
   for (int64_t b = 0; b < consumed; ++b) {
@@ -100,18 +124,26 @@ void resume_epoch_samples(DataLoader& loader, const StateDict& ckpt, const std::
   LT_CHECK_VALUE(trained.numel() == n, "checkpoint '", path, "': epoch_samples.trained has ", trained.numel(),
                  " entries for ", n, " samples");
   const uint8_t* mark = trained.data_ptr<uint8_t>();
+  const auto bucket = bucketed(loader);
   std::vector<int64_t> remaining;
-  for (int64_t i : epoch_order(loader, n, state.current_epoch)) {
+  for (int64_t i : bucket ? bucket->order(state.current_epoch) : epoch_order(loader, n, state.current_epoch)) {
     if (mark[i] == 0) remaining.push_back(i);
   }
-  // Padding as the run's sampler pads (uneven_inputs: pad).
-  const auto* distributed = dynamic_cast<const DistributedSampler*>(unpadded(loader));
-  const bool pad = dynamic_cast<const PaddedSampler*>(loader.sampler().get()) != nullptr ||
-                   (distributed != nullptr && distributed->options().pad());
-  std::shared_ptr<Sampler> inner = loader.sampler();
-  if (const auto* rest = dynamic_cast<const RemainderSampler*>(inner.get())) inner = rest->inner();
-  loader.set_sampler(std::make_shared<RemainderSampler>(inner, state.current_epoch, remaining, strategy.global_rank(),
-                                                        world, pad, std::vector<uint8_t>(mark, mark + n)));
+  if (bucket) {
+    // Bucketed as the sampler buckets an epoch (its batch sizes), of the rest.
+    loader.set_batch_sampler(std::make_shared<RemainderBatchSampler>(bucket, state.current_epoch, remaining,
+                                                                     std::vector<uint8_t>(mark, mark + n)));
+  } else {
+    // Padding as the run's sampler pads (uneven_inputs: pad).
+    const auto* distributed = dynamic_cast<const DistributedSampler*>(unpadded(loader));
+    const bool pad = dynamic_cast<const PaddedSampler*>(loader.sampler().get()) != nullptr ||
+                     (distributed != nullptr && distributed->options().pad());
+    std::shared_ptr<Sampler> inner = loader.sampler();
+    if (const auto* rest = dynamic_cast<const RemainderSampler*>(inner.get())) inner = rest->inner();
+    loader.set_sampler(std::make_shared<RemainderSampler>(inner, state.current_epoch, remaining,
+                                                          strategy.global_rank(), world, pad,
+                                                          std::vector<uint8_t>(mark, mark + n)));
+  }
   state.resume_iteration = 0;
   const int64_t batch = loader.options().batch_size();
   rank_zero_warn("resumed on ", world, " ranks from a checkpoint of ", saved_world, " ranks written mid-epoch ",

@@ -21,9 +21,11 @@
 // do not; error refuses them); the next epochs are sharded as always. The
 // per-rank batch size and accumulate_grad_batches stay as configured, so the
 // global batch changes with W; a warning says from what to what.
-// Refused on a world-size change, naming why: a stream, a batch sampler, a
+// With a LengthBucketBatchSampler the rest, in the epoch's order, is
+// bucketed as the sampler buckets an epoch (a RemainderBatchSampler).
+// Refused on a world-size change, naming why: a stream, a batch sampler or
 // sampler of the user's (per-rank data: use_distributed_sampler false, or a
-// custom one), another dataset size.
+// custom one), padded batch samplers (uneven_inputs: pad), another dataset size.
 
 #include <optional>
 #include <string>

@@ -179,7 +179,7 @@ StateDict Fabric::load(const std::string& path) {
   check_launched("load");
   LT_CHECK(module_ != nullptr, "Fabric::load: no module; call setup first (load restores into what it made)");
   LT_CHECK(epoch_ == nullptr, "Fabric::load: inside a join() epoch's loop; load between epochs");
-  return restore_training_state(pickle_load_file(path), path, *strategy_, *module_, optim_, state_);
+  return restore_training_state(strategy_->load_checkpoint(path), path, *strategy_, *module_, optim_, state_);
 }
 
 void Fabric::log_dict(const std::map<std::string, double>& metrics, int64_t step) {

@@ -763,6 +763,19 @@ TEST_F(CheckpointTest, AShardedCheckpointReadsItsPlaceholdersFromItsRankFilesAnd
   EXPECT_TRUE(loaded().at("state_dict").toGenericDict().at("b").toTensor().equal(torch::ones({2})));
   EXPECT_TRUE(loaded().at("v").toTensor().equal(v));
   EXPECT_EQ(loaded().at("global_step").toInt(), 7);
+  // Read with placeholders (a sharding strategy's load): the values stay in the rank files, and any range of
+  // one is read from them (w's elements 6-9 span both files).
+  {
+    const auto lazy = lt::pickle_load_file(dir, /*placeholders=*/true).toGenericDict();
+    const torch::Tensor lw = lazy.at("state_dict").toGenericDict().at("w").toTensor();
+    ASSERT_TRUE(lt::is_deferred(lw));
+    EXPECT_FALSE(lt::is_deferred(lazy.at("state_dict").toGenericDict().at("b").toTensor()));
+    torch::Tensor range = torch::zeros({4}, torch::kDouble);  // cast on the way
+    lt::copy_elements(lw, 6, range);
+    EXPECT_TRUE(range.equal(torch::arange(6, 10, torch::kDouble)));
+    EXPECT_TRUE(lt::materialized(lw).equal(w));
+    EXPECT_TRUE(lt::materialized(lazy.at("v").toTensor()).equal(v));
+  }
   const std::string python = std::string(kPython) +
                              " -c \"import torch, sys; t = torch.load(sys.argv[1]); "
                              "assert isinstance(t, tuple) and t[0].tolist() == list(range(8)), t\" " + dir + "/" +

@@ -44,7 +44,7 @@ void Trainer::save_checkpoint(const std::string& path) {
 
 StateDict Trainer::restore_checkpoint(const std::string& path) {
   LT_CHECK(module_ != nullptr, "Trainer::restore_checkpoint: no module is attached");
-  const c10::IValue loaded = pickle_load_file(path);
+  const c10::IValue loaded = strategy_->load_checkpoint(path);
   const StateDict raw = restore_training_state(loaded, path, *strategy_, *module_, optim_, state_);
   auto to_state = [](const c10::IValue& v) { return StateDict(v.toGenericDict()); };
   if (raw.contains("callbacks")) {

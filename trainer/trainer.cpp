@@ -200,6 +200,9 @@ std::shared_ptr<DataLoader> Trainer::prepare_loader(std::shared_ptr<DataLoader> 
   if (const auto* rest = dynamic_cast<const RemainderSampler*>(loader->sampler().get())) {
     loader->set_sampler(rest->inner());
   }
+  if (const auto* rest = dynamic_cast<const RemainderBatchSampler*>(loader->batch_sampler().get())) {
+    loader->set_batch_sampler(std::const_pointer_cast<LengthBucketBatchSampler>(rest->inner()));
+  }
   const bool shuffles = dynamic_cast<const RandomSampler*>(loader->sampler().get()) != nullptr;
   if (overfits() && (stage == Stage::kTrain || stage == Stage::kValidate) && shuffles) {
     const char* which = stage == Stage::kTrain ? "training" : "validation";

@@ -15,9 +15,9 @@
 // machine's memory) trains under FULL_SHARD only, saves a full checkpoint at
 // its last step (ModelCheckpoint, to DIR: timed, and the peak includes it);
 // the file's records are then CRC-checked, and a second run resumes from it
-// for one more step.
+// for one more step. --sharded: the checkpoint is a sharded one (a folder).
 //
-//   fsdp_bench [--dim D] [--blocks N] [--batch B] [--steps N] [--reps R] [--headline DIR]
+//   fsdp_bench [--dim D] [--blocks N] [--batch B] [--steps N] [--reps R] [--headline DIR [--sharded]]
 #include <malloc.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -49,6 +49,7 @@ struct Args {
   int64_t warmup = 2;
   int reps = 2;
   std::string headline;  // a directory for the checkpoints: the headline run
+  bool sharded = false;  // the headline's checkpoint sharded (state_dict_type sharded)
 };
 
 using lt::bench::status_kb;
@@ -120,8 +121,11 @@ int worker_main(const Args& args) {
   if (role == "ddp") {
     strategy = std::make_shared<lt::DDPStrategy>();
   } else {
-    strategy = std::make_shared<lt::FSDPStrategy>(lt::FSDPStrategyOptions().sharding_strategy(
-        role == "FULL_SHARD" ? lt::ShardingStrategy::kFullShard : lt::ShardingStrategy::kShardGradOp));
+    strategy = std::make_shared<lt::FSDPStrategy>(
+        lt::FSDPStrategyOptions()
+            .sharding_strategy(role == "FULL_SHARD" ? lt::ShardingStrategy::kFullShard
+                                                    : lt::ShardingStrategy::kShardGradOp)
+            .state_dict_type(args.sharded ? lt::StateDictType::kSharded : lt::StateDictType::kFull));
   }
   const int64_t world = std::atoi(std::getenv("WORLD_SIZE"));
   const int64_t n = world * args.batch * (args.warmup + args.steps);
@@ -212,8 +216,14 @@ int headline(const Args& args, int64_t params, int world) {
     const auto start = std::chrono::steady_clock::now();
     lt::check_checkpoint_file(entry.path().string());
     const double check_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::printf("  %s: %.2f GB, every record's CRC-32 checked in %.1f s\n", entry.path().filename().c_str(),
-                static_cast<double>(std::filesystem::file_size(entry.path())) / gb, check_s);
+    uintmax_t bytes = 0;  // a sharded checkpoint: its folder's files
+    if (entry.is_directory()) {
+      for (const auto& file : std::filesystem::directory_iterator(entry.path())) bytes += file.file_size();
+    } else {
+      bytes = entry.file_size();
+    }
+    std::printf("  %s%s: %.2f GB, every record's CRC-32 checked in %.1f s\n", entry.path().filename().c_str(),
+                entry.is_directory() ? " (sharded: a folder)" : "", static_cast<double>(bytes) / gb, check_s);
   }
   std::printf("  the save took %.1f s on rank 0\n", r.save_s);
   std::fflush(stdout);
@@ -238,8 +248,10 @@ int main(int argc, char** argv) {
     else if (a == "--steps" && i + 1 < argc) args.steps = std::atoll(argv[++i]);
     else if (a == "--reps" && i + 1 < argc) args.reps = std::max(1, std::atoi(argv[++i]));
     else if (a == "--headline" && i + 1 < argc) args.headline = argv[++i];
+    else if (a == "--sharded") args.sharded = true;
     else {
-      std::cerr << "usage: fsdp_bench [--dim D] [--blocks N] [--batch B] [--steps N] [--reps R] [--headline DIR]\n";
+      std::cerr << "usage: fsdp_bench [--dim D] [--blocks N] [--batch B] [--steps N] [--reps R] [--headline DIR "
+                   "[--sharded]]\n";
       return 2;
     }
   }

@@ -62,6 +62,12 @@ LT_TEST_WORKER(ElasticPhase) {
   auto data = torch::arange(kSamples, torch::kFloat).unsqueeze(1);
   auto loader = std::make_shared<lt::DataLoader>(std::make_shared<lt::TensorDataset>(data, torch::zeros_like(data)),
                                                  lt::DataLoaderOptions(2).shuffle(true).seed(7));
+  if (env_int("LT_BUCKET", 0) == 1) {  // length-bucketed batches: sample i has length i % 5 + 1, up to 6 tokens a batch
+    std::vector<int64_t> lengths;
+    for (int64_t i = 0; i < kSamples; ++i) lengths.push_back(i % 5 + 1);
+    loader->set_batch_sampler(std::make_shared<lt::LengthBucketBatchSampler>(
+        lengths, lt::LengthBucketOptions(3).max_tokens(6).bucket_batches(2).seed(7)));
+  }
   auto options = lt::TrainerOptions()
                      .devices(world)
                      .max_epochs(2)
@@ -74,7 +80,8 @@ LT_TEST_WORKER(ElasticPhase) {
                          lt::ModelCheckpointOptions().dirpath(dir + "/ckpts").every_n_train_steps(1).save_top_k(-1))});
   if (world > 1 && env_str("LT_STRATEGY") == "fsdp") {
     options.strategy(std::make_shared<lt::FSDPStrategy>(
-        lt::FSDPStrategyOptions().process_group_timeout(std::chrono::seconds(30))));
+        lt::FSDPStrategyOptions().process_group_timeout(std::chrono::seconds(30)).state_dict_type(
+            env_str("LT_SHARDED") == "1" ? lt::StateDictType::kSharded : lt::StateDictType::kFull)));
   } else if (world > 1) {
     options.strategy(std::make_shared<lt::DDPStrategy>(
         lt::DDPStrategyOptions().process_group_timeout(std::chrono::seconds(30))));
@@ -128,19 +135,29 @@ std::vector<int64_t> every_sample() {
 // that checkpoint for 3 steps (6 more), 3 ranks resume from its checkpoint
 // and train the rest of epoch 0 (9 samples: 3 per rank) and epoch 1. Each
 // epoch's trained samples are the 23, each once. Under ddp, and under fsdp
-// (FULL_SHARD: its checkpoints resharded from 2 ranks to 1 and from 1 to 3).
-void expect_every_sample_once(const std::string& strategy) {
-  const auto dir = std::filesystem::temp_directory_path() / ("lt_elastic_" + strategy + std::to_string(::getpid()));
+// (FULL_SHARD: its checkpoints resharded from 2 ranks to 1 and from 1 to 3;
+// with `sharded`, the 2 ranks' checkpoint a sharded one). With `bucket`,
+// length-bucketed batches (of 1-3 samples: the steps train other counts).
+void expect_every_sample_once(const std::string& strategy, bool sharded = false, bool bucket = false) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("lt_elastic_" + strategy + (sharded ? "_sharded" : "") + (bucket ? "_bucket" : "") +
+                    std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string ckpts = (dir / "ckpts").string();
+  const std::map<std::string, std::string> common{
+      {"LT_DIR", dir.string()}, {"LT_SHARDED", sharded ? "1" : "0"}, {"LT_BUCKET", bucket ? "1" : "0"}};
+  auto with = [&](std::map<std::string, std::string> env) {
+    env.insert(common.begin(), common.end());
+    return env;
+  };
   expect_workers_pass("ElasticPhase", 2, std::chrono::seconds(60),
-                      {{"LT_DIR", dir.string()}, {"LT_PHASE", "1"}, {"LT_MAX_STEPS", "2"}, {"LT_STRATEGY", strategy}});
+                      with({{"LT_PHASE", "1"}, {"LT_MAX_STEPS", "2"}, {"LT_STRATEGY", strategy}}));
+  if (sharded) ASSERT_TRUE(lt::is_sharded_checkpoint(ckpts + "/epoch=0-step=2.ckpt"));
   expect_workers_pass("ElasticPhase", 1, std::chrono::seconds(60),
-                      {{"LT_DIR", dir.string()}, {"LT_PHASE", "2"}, {"LT_MAX_STEPS", "5"},
-                       {"LT_RESUME", ckpts + "/epoch=0-step=2.ckpt"}});
+                      with({{"LT_PHASE", "2"}, {"LT_MAX_STEPS", "5"}, {"LT_RESUME", ckpts + "/epoch=0-step=2.ckpt"}}));
   expect_workers_pass("ElasticPhase", 3, std::chrono::seconds(60),
-                      {{"LT_DIR", dir.string()}, {"LT_PHASE", "3"}, {"LT_MAX_STEPS", "-1"},
-                       {"LT_RESUME", ckpts + "/epoch=0-step=5.ckpt"}, {"LT_STRATEGY", strategy}});
+                      with({{"LT_PHASE", "3"}, {"LT_MAX_STEPS", "-1"}, {"LT_RESUME", ckpts + "/epoch=0-step=5.ckpt"},
+                            {"LT_STRATEGY", strategy}}));
   auto trained = trained_per_epoch(dir);
   ASSERT_EQ(trained.size(), 2u);
   for (auto& [epoch, samples] : trained) {
@@ -154,6 +171,12 @@ void expect_every_sample_once(const std::string& strategy) {
 
 TEST(Elastic, AnEpochResumedOnOneThenThreeRanksTrainsEverySampleOnce) { expect_every_sample_once("ddp"); }
 TEST(Elastic, AnFsdpEpochResumedOnOneThenThreeRanksTrainsEverySampleOnce) { expect_every_sample_once("fsdp"); }
+TEST(Elastic, AnFsdpEpochWithShardedCheckpointsResumedOnOneThenThreeRanksTrainsEverySampleOnce) {
+  expect_every_sample_once("fsdp", /*sharded=*/true);
+}
+TEST(Elastic, ALengthBucketedEpochResumedOnOneThenThreeRanksTrainsEverySampleOnce) {
+  expect_every_sample_once("ddp", /*sharded=*/false, /*bucket=*/true);
+}
 
 // Killed (SIGKILL on rank 0, in a step drawn from a seeded generator) on 2
 // ranks, then on 1 process resumed from the newest checkpoint, then resumed

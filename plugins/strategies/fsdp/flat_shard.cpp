@@ -11,6 +11,7 @@
 #include <torch/csrc/distributed/c10d/comm.hpp>
 
 #include <lightning_cpp/core/check.h>
+#include <lightning_cpp/core/checkpoint_io.h>
 #include <lightning_cpp/core/rank_zero.h>
 
 namespace lt {
@@ -315,12 +316,14 @@ torch::Tensor FlatShard::flatten(const std::vector<torch::Tensor>& whole) const 
   const int64_t rank = collectives_.rank();
   torch::Tensor out = torch::zeros({shard_data_.numel()}, whole[0].options());
   for (const Unit& unit : units_) {
-    torch::Tensor full = torch::zeros({collectives_.world_size() * unit.chunk}, whole[0].options());
+    // The parameters' elements in this rank's chunk [lo, hi) of the unit's flat buffer (a sharded
+    // checkpoint's placeholder reads just those from its rank files).
+    const int64_t lo = rank * unit.chunk, hi = lo + unit.chunk;
     for (size_t j = 0; j < unit.params.size(); ++j) {
       const torch::Tensor& t = whole[unit.params[j]];
-      full.narrow(0, unit.offsets[j], t.numel()).copy_(t.reshape(-1));
+      const int64_t from = std::max(lo, unit.offsets[j]), to = std::min(hi, unit.offsets[j] + t.numel());
+      if (from < to) copy_elements(t, from - unit.offsets[j], out.narrow(0, unit.shard_offset + from - lo, to - from));
     }
-    out.narrow(0, unit.shard_offset, unit.chunk).copy_(full.narrow(0, rank * unit.chunk, unit.chunk));
   }
   return out;
 }

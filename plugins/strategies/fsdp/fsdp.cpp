@@ -337,6 +337,10 @@ void FSDPStrategy::save_checkpoint(const c10::IValue& checkpoint, const std::str
   barrier("save_checkpoint");
 }
 
+c10::IValue FSDPStrategy::load_checkpoint(const std::string& path) {
+  return pickle_load_file(path, /*placeholders=*/flat_shard() != nullptr);
+}
+
 void FSDPStrategy::save_sharded(const c10::IValue& checkpoint, const std::string& path,
                                 const std::vector<DeferredUnit>& deferred) {
   namespace fs = std::filesystem;

@@ -131,6 +131,9 @@ class FSDPStrategy : public ParallelStrategy {
   // waits for it. sharded: the folder (see above); a rank that fails to write
   // its file fails the save on every rank, leaving the previous checkpoint.
   void save_checkpoint(const c10::IValue& checkpoint, const std::string& path) override;
+  // Sharded: a sharded checkpoint's values stay placeholders, of which each
+  // rank reads the parts it holds (the module's and its optimizer state's chunks).
+  c10::IValue load_checkpoint(const std::string& path) override;
 
  protected:
   ParallelSettings parallel_settings() const override;
