@@ -774,6 +774,14 @@ ShardedTable sharded_table(const std::shared_ptr<CheckedCheckpoint>& meta) {
   return table;
 }
 
+// Rank file `name` of the sharded checkpoint `dir`, which must exist.
+std::string rank_file(const std::string& dir, const std::string& name) {
+  const std::string path = (std::filesystem::path(dir) / name).string();
+  LT_CHECK_VALUE(std::filesystem::exists(path), "sharded checkpoint '", dir, "': its meta.pt names the file '", name,
+                 "', which is missing (a folder copied in part, or a rank file removed)");
+  return path;
+}
+
 // A sharded checkpoint's rank files, each read (mapped, its records
 // CRC-checked) when a value first needs it.
 class RankFiles {
@@ -817,10 +825,7 @@ class RankFiles {
  private:
   const torch::Tensor& part_of(size_t r, int64_t part) {
     if (parts_[r].empty()) {
-      const std::string path = (std::filesystem::path(dir_) / files_[r]).string();
-      LT_CHECK_VALUE(std::filesystem::exists(path), "sharded checkpoint '", dir_, "': its meta.pt names the file '",
-                     files_[r], "', which is missing (a folder copied in part, or a rank file removed)");
-      const c10::IValue loaded = pickle_load_file(path);
+      const c10::IValue loaded = pickle_load_file(rank_file(dir_, files_[r]));
       LT_CHECK_VALUE(loaded.isTuple(), "sharded checkpoint '", dir_, "': '", files_[r], "' holds no tuple of parts");
       for (const auto& t : loaded.toTupleRef().elements()) parts_[r].push_back(t.toTensor().contiguous().view(-1));
     }
@@ -902,12 +907,7 @@ void check_checkpoint_file(const std::string& path) {
   namespace fs = std::filesystem;
   auto meta = std::make_shared<CheckedCheckpoint>((fs::path(path) / kMetaFile).string());
   meta->check_the_rest();
-  for (const std::string& file : sharded_table(meta).files) {
-    const std::string rank_file = (fs::path(path) / file).string();
-    LT_CHECK_VALUE(fs::exists(rank_file), "sharded checkpoint '", path, "': its meta.pt names the file '", file,
-                   "', which is missing (a folder copied in part, or a rank file removed)");
-    CheckedCheckpoint(rank_file).check_the_rest();
-  }
+  for (const std::string& file : sharded_table(meta).files) CheckedCheckpoint(rank_file(path, file)).check_the_rest();
 }
 
 c10::Dict<std::string, torch::Tensor> state_dict_from(const c10::IValue& loaded, const std::string& path) {

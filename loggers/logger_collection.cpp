@@ -18,18 +18,22 @@ std::string LoggerCollection::name() const {
 }
 
 void LoggerCollection::log_metrics(const std::map<std::string, double>& metrics, int64_t step) {
+  (void)log_dir();  // every member's version fixed before the first writes
   for (const auto& logger : loggers_) logger->log_metrics(metrics, step);
 }
 
 void LoggerCollection::log_hyperparams(const HParams& params) {
+  (void)log_dir();  // every member's version fixed before the first writes
   for (const auto& logger : loggers_) logger->log_hyperparams(params);
 }
 
 void LoggerCollection::save() {
+  (void)log_dir();  // every member's version fixed before the first writes
   for (const auto& logger : loggers_) logger->save();
 }
 
 void LoggerCollection::finalize(const std::string& status) {
+  (void)log_dir();  // every member's version fixed before the first writes
   for (const auto& logger : loggers_) logger->finalize(status);
 }
 

@@ -483,7 +483,9 @@ TEST_F(CallbacksTest, LambdaCallbackCallsItsFunctions) {
 
 // Lightning's Trainer() logs to TensorBoard by default (logger=True); default_logger(false)
 // is its logger=False, and fast_dev_run writes nothing.
-TEST_F(CallbacksTest, TheTrainerLogsToTensorBoardByDefault) {
+// The default logger is the CLI's, CSV and TensorBoard, in one version folder
+// (the collection fixes both versions before either writes).
+TEST_F(CallbacksTest, TheTrainerLogsToCsvAndTensorBoardInOneFolderByDefault) {
   auto events = [](const fs::path& d) {
     std::vector<std::string> out;
     if (!fs::exists(d)) return out;
@@ -497,6 +499,7 @@ TEST_F(CallbacksTest, TheTrainerLogsToTensorBoardByDefault) {
     trainer.fit(std::make_shared<ScriptedModule>(std::vector<double>{1}), loader(), loader());
     EXPECT_EQ(trainer.log_dir(), (dir_ / "lightning_logs" / "version_0").string());
     EXPECT_EQ(events(dir_ / "lightning_logs" / "version_0").size(), 1u);
+    EXPECT_TRUE(fs::exists(dir_ / "lightning_logs" / "version_0" / "metrics.csv"));
   }
   {
     lt::Trainer trainer(options(1).default_logger(false));

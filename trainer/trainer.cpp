@@ -15,6 +15,8 @@
 #include <lightning_cpp/data/data_loader.h>
 #include <lightning_cpp/data/epoch_samples.h>
 #include <lightning_cpp/data/sampler.h>
+#include <lightning_cpp/loggers/csv.h>
+#include <lightning_cpp/loggers/logger_collection.h>
 #include <lightning_cpp/loggers/tensorboard.h>
 #include <lightning_cpp/plugins/environments/cluster_environment.h>
 #include <lightning_cpp/plugins/precision/precision.h>
@@ -56,7 +58,10 @@ Trainer::Trainer(TrainerOptions options)
   apply_debug_modes();
   add_default_callbacks();
   if (!options_.logger() && options_.default_logger()) {
-    options_.logger(std::make_shared<TensorBoardLogger>(TensorBoardLoggerOptions(options_.default_root_dir())));
+    // The CLI's default too (cli.cpp): metrics.csv and TensorBoard's events in one version folder.
+    options_.logger(std::make_shared<LoggerCollection>(std::vector<std::shared_ptr<Logger>>{
+        std::make_shared<CSVLogger>(CSVLoggerOptions(options_.default_root_dir())),
+        std::make_shared<TensorBoardLogger>(TensorBoardLoggerOptions(options_.default_root_dir()))}));
   }
   strategy_ = options_.strategy() ? options_.strategy() : make_strategy(options_);
   if (const auto& plugin = options_.precision_plugin()) {
