@@ -111,11 +111,10 @@ void check_gloo_interface() {
 // second Trainer in the same workers (same MASTER_PORT) gets a fresh rendezvous.
 std::atomic<int> g_process_group_count{0};
 
+// The group's members are `world_size` ranks, this one `rank` among them.
 c10::intrusive_ptr<c10d::ProcessGroup> make_backend(const c10::intrusive_ptr<c10d::Store>& store,
                                                     const ClusterEnvironment& environment, const std::string& backend,
-                                                    std::chrono::milliseconds timeout) {
-  const int rank = static_cast<int>(environment.global_rank());
-  const int world_size = static_cast<int>(environment.world_size());
+                                                    std::chrono::milliseconds timeout, int rank, int world_size) {
   c10::intrusive_ptr<c10d::ProcessGroup> group;
   if (backend == "gloo") {
     auto gloo_options = c10d::ProcessGroupGloo::Options::create(timeout);
@@ -196,7 +195,8 @@ DistributedConnection init_process_group(const ClusterEnvironment& environment, 
     if (agent_prefix) base = c10::make_intrusive<c10d::PrefixStore>(*agent_prefix, base);
   }
   out.store = c10::make_intrusive<c10d::PrefixStore>("lt_pg_" + std::to_string(index), base);
-  out.process_group = make_backend(out.store, environment, backend, timeout);
+  out.process_group = make_backend(out.store, environment, backend, timeout, static_cast<int>(rank),
+                                   static_cast<int>(world_size));
   out.backend = backend;
   out.timeout = timeout;
   return out;
@@ -204,9 +204,17 @@ DistributedConnection init_process_group(const ClusterEnvironment& environment, 
 
 c10::intrusive_ptr<c10d::ProcessGroup> new_process_group(const DistributedConnection& connection,
                                                          const ClusterEnvironment& environment,
-                                                         const std::string& name) {
+                                                         const std::string& name, const std::vector<int64_t>& ranks) {
   auto store = c10::make_intrusive<c10d::PrefixStore>(name, connection.store);
-  return make_backend(store, environment, connection.backend, connection.timeout);
+  if (ranks.empty()) {
+    return make_backend(store, environment, connection.backend, connection.timeout,
+                        static_cast<int>(environment.global_rank()), static_cast<int>(environment.world_size()));
+  }
+  const auto me = std::find(ranks.begin(), ranks.end(), environment.global_rank());
+  LT_INTERNAL_ASSERT(me != ranks.end(), "new_process_group '", name, "': rank ", environment.global_rank(),
+                     " is not one of its ranks");
+  return make_backend(store, environment, connection.backend, connection.timeout,
+                      static_cast<int>(me - ranks.begin()), static_cast<int>(ranks.size()));
 }
 
 }  // namespace lt

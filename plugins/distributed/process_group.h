@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <c10/core/DeviceType.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -45,11 +46,13 @@ struct DistributedConnection {
 DistributedConnection init_process_group(const ClusterEnvironment& environment, const std::string& backend,
                                          std::chrono::milliseconds timeout);
 
-// A further group of the same ranks and backend (PyTorch's new_group over
-// every rank), its store under `name` within the connection's; every rank
-// must create it, in the same order.
+// A further group of the same backend (PyTorch's new_group): of every rank
+// when `ranks` is empty, else of those global ranks (this one among them; its
+// rank in the group is its place in `ranks`). Its store is under `name` within
+// the connection's, a name only these ranks use; each of them must create it.
 c10::intrusive_ptr<c10d::ProcessGroup> new_process_group(const DistributedConnection& connection,
                                                          const ClusterEnvironment& environment,
-                                                         const std::string& name);
+                                                         const std::string& name,
+                                                         const std::vector<int64_t>& ranks = {});
 
 }  // namespace lt

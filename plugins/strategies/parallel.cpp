@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 
 #include <ATen/Parallel.h>
@@ -112,6 +113,11 @@ void ParallelStrategy::setup_environment(const TrainerOptions& options) {
     // be an EPIPE error the watchdog reports, not a SIGPIPE that kills this
     // rank silently (Python, and so PyTorch's DDP, ignores SIGPIPE too).
     std::signal(SIGPIPE, SIG_IGN);
+    // A rank's stdout is a pipe or a file (its launcher's, its log): line by
+    // line, so that what it printed is not lost with its buffer when it is
+    // killed, and its lines interleave whole with the other ranks'.
+    std::fflush(stdout);
+    std::setvbuf(stdout, nullptr, _IOLBF, BUFSIZ);
     watchdog_ = std::make_unique<CollectiveWatchdog>(connection_.store, rank_, world_size_,
                                                      CollectiveWatchdogOptions().timeout(timeout));
   }
@@ -294,6 +300,12 @@ std::unique_ptr<TrainingEpochContext> ParallelStrategy::training_epoch_context(L
 }
 
 // -- collectives ------------------------------------------------------------------
+
+c10::intrusive_ptr<c10d::ProcessGroup> ParallelStrategy::new_group(const std::string& name,
+                                                                   const std::vector<int64_t>& ranks) const {
+  auto scope = watch("rendezvous of a process group of some ranks");
+  return new_process_group(connection_, *environment_, name, ranks);
+}
 
 WatchedCollectives ParallelStrategy::collectives() const {
   return WatchedCollectives{process_group(), device_, watchdog_.get(), who()};

@@ -157,6 +157,10 @@ class ParallelStrategy : public Strategy {
   virtual std::unique_ptr<GradientSync> make_gradient_sync(std::shared_ptr<torch::nn::Module> module,
                                                            const c10::intrusive_ptr<c10d::ProcessGroup>& group,
                                                            std::function<bool()> stop_wish) = 0;
+  // A process group of these global ranks (this one among them), for a
+  // strategy that talks within parts of the world (fsdp's HYBRID_SHARD); its
+  // members create it together, under a `name` no other group has.
+  c10::intrusive_ptr<c10d::ProcessGroup> new_group(const std::string& name, const std::vector<int64_t>& ranks) const;
   // Marks a collective as running on this rank, for the failure report (inert with one rank).
   CollectiveWatchdog::Scope watch(const char* collective) const {
     return CollectiveWatchdog::Scope(watchdog_.get(), collective);

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <string>
 
 #include <lightning_cpp/lightning.h>
@@ -107,22 +108,29 @@ struct Sharding {
 LT_TEST_WORKER(FsdpLockstepMatrix) {
   const int rank = env_int("RANK");
   const int ws = env_int("WORLD_SIZE");
+  const bool nodes = env_int("LOCAL_WORLD_SIZE") < ws;
   const std::string dir = env_str("LT_CKPT_DIR");
-  int checked = 0, states = 0;
+  int checked = 0, states = 0, hybrid = 0;
   for (const LockstepConfig& c : read_lockstep()) {
     if (c.ws != ws || c.mode != "lockstep") continue;
     const bool compare_state = c.optim != "sgd" && c.epochs == 3 && c.divide;
     std::vector<Sharding> shardings{{lt::ShardingStrategy::kShardGradOp},
                                     {lt::ShardingStrategy::kFullShard, /*declared_units=*/true}};
+    // Ranks on nodes (4 ranks: 2 nodes of 2): HYBRID_SHARD, declared and policy units, in place of FULL_SHARD's policy units.
+    const auto policy = nodes ? lt::ShardingStrategy::kHybridShard : lt::ShardingStrategy::kFullShard;
     if (c.optim == "sgd") shardings.push_back({lt::ShardingStrategy::kNoShard});
-    if (c.optim != "sgd") shardings.push_back({lt::ShardingStrategy::kFullShard, false, /*min_num_params=*/5});
+    if (c.optim == "sgd" && nodes) shardings.push_back({lt::ShardingStrategy::kHybridShard, /*declared_units=*/true});
+    if (c.optim != "sgd") shardings.push_back({policy, false, /*min_num_params=*/5});
     std::vector<std::string> saved;
     for (const Sharding& sharding : shardings) {
       fsdp()
           ->options()
           .sharding_strategy(sharding.strategy)
           .auto_wrap_min_num_params(sharding.min_num_params)
-          .join_divide_by_initial_world_size(c.divide);
+          .join_divide_by_initial_world_size(c.divide)
+          // HYBRID_SHARD's checkpoints sharded: the first node's ranks write the files.
+          .state_dict_type(sharding.strategy == lt::ShardingStrategy::kHybridShard ? lt::StateDictType::kSharded
+                                                                                    : lt::StateDictType::kFull);
       auto model = std::make_shared<JoinNet>(sharding.declared_units);
       model->optim = c.optim;
       auto run_options = options(fsdp(), ws).max_epochs(c.epochs).accumulate_grad_batches(c.k);
@@ -139,6 +147,7 @@ LT_TEST_WORKER(FsdpLockstepMatrix) {
       LT_WORKER_CHECK(error <= 1e-6 && spread == 0.0, c.describe(), " ", sharding.name(), ": error=", error,
                       " spread across ranks=", spread);
       ++checked;
+      hybrid += sharding.strategy == lt::ShardingStrategy::kHybridShard;
     }
     if (!compare_state) continue;
     ddp()->options().join_divide_by_initial_world_size(c.divide);
@@ -164,27 +173,45 @@ LT_TEST_WORKER(FsdpLockstepMatrix) {
       ->options()
       .sharding_strategy(lt::ShardingStrategy::kShardGradOp)
       .auto_wrap_min_num_params(0)
-      .join_divide_by_initial_world_size(true);
+      .join_divide_by_initial_world_size(true)
+      .state_dict_type(lt::StateDictType::kFull);
   ddp()->options().join_divide_by_initial_world_size(true);
-  std::cerr << "rank " << rank << ": " << checked << " runs match the oracle, " << states
-            << " optimizer states ddp's" << std::endl;
-  LT_WORKER_CHECK(checked > 0 && states > 0, "nothing checked for world size ", ws);
+  std::cerr << "rank " << rank << ": " << checked << " runs match the oracle (" << hybrid << " HYBRID_SHARD), "
+            << states << " optimizer states ddp's" << std::endl;
+  LT_WORKER_CHECK(checked > 0 && states > 0 && (hybrid > 0) == nodes, "nothing checked for world size ", ws);
   return 0;
 }
 
 namespace {
+// Each rank's torchrun variables on nodes of `local` ranks.
+std::vector<std::map<std::string, std::string>> on_nodes(int ranks, int local) {
+  std::vector<std::map<std::string, std::string>> env;
+  for (int r = 0; r < ranks; ++r) {
+    env.push_back({{"LOCAL_RANK", std::to_string(r % local)},
+                   {"LOCAL_WORLD_SIZE", std::to_string(local)},
+                   {"GROUP_RANK", std::to_string(r / local)}});
+  }
+  return env;
+}
+
+// Four ranks are 2 nodes of 2 (HYBRID_SHARD's rows).
 void expect_matrix(int ranks) {
   const auto dir = std::filesystem::temp_directory_path() /
                    ("lt_fsdp_matrix_" + std::to_string(::getpid()) + "_" + std::to_string(ranks));
   std::filesystem::create_directories(dir);
-  expect_workers_pass("FsdpLockstepMatrix", ranks, std::chrono::seconds(240), {{"LT_CKPT_DIR", dir.string()}});
+  WorkerOptions options;
+  options.timeout = std::chrono::seconds(240);
+  options.env = {{"LT_CKPT_DIR", dir.string()}};
+  if (ranks == 4) options.rank_env = on_nodes(ranks, 2);
+  const WorkersResult result = run_workers("FsdpLockstepMatrix", ranks, options);
+  EXPECT_TRUE(result.ok()) << result.summary();
   std::filesystem::remove_all(dir);
 }
 }  // namespace
 
 TEST(FsdpJoin, EveryShardingOnTheLockstepMatrixEqualsTheOracleAndDdpOnTwoRanks) { expect_matrix(2); }
 TEST(FsdpJoin, EveryShardingOnTheLockstepMatrixEqualsTheOracleAndDdpOnThreeRanks) { expect_matrix(3); }
-TEST(FsdpJoin, EveryShardingOnTheLockstepMatrixEqualsTheOracleAndDdpOnFourRanks) { expect_matrix(4); }
+TEST(FsdpJoin, EveryShardingOnTheLockstepMatrixEqualsTheOracleAndDdpOnFourRanksOnTwoNodes) { expect_matrix(4); }
 
 // Full checkpoints of a sharded run: counts 5 and 8, accumulation 2, Adam, a
 // global-norm clip, 2 epochs, a mid-epoch checkpoint at step 6, under
@@ -560,15 +587,31 @@ TEST(FsdpFullShard, UnitsRunInAnotherOrderAreRefusedNamingThem) {
   expect_workers_pass("FsdpUnitOrderChange", 2, std::chrono::seconds(60));
 }
 
-// HYBRID_SHARD, not built yet, is refused at construction (before any
-// process is launched), naming what to use instead.
-TEST(FsdpStrategy, RefusesHybridShardNotBuiltYet) {
+// HYBRID_SHARD on ranks that are not laid out node by node (here rank 0 on
+// node 1 and rank 1 on node 0) is refused on every rank, naming the layout.
+LT_TEST_WORKER(FsdpHybridLayoutRefused) {
+  fsdp()->options().sharding_strategy(lt::ShardingStrategy::kHybridShard);
   try {
-    lt::FSDPStrategy strategy(lt::FSDPStrategyOptions().sharding_strategy(lt::ShardingStrategy::kHybridShard));
-    ADD_FAILURE() << "HYBRID_SHARD was accepted";
+    lt::Trainer trainer(options(fsdp(), 2));
+    trainer.fit(std::make_shared<JoinNet>(), rank_loader(env_int("RANK"), 2));
   } catch (const lt::ValueError& e) {
-    EXPECT_NE(std::string(e.what()).find("is not built yet; use FULL_SHARD, SHARD_GRAD_OP or NO_SHARD"),
-              std::string::npos)
-        << e.what();
+    const std::string what = e.what();
+    LT_WORKER_CHECK(what.find("HYBRID_SHARD") != std::string::npos &&
+                        what.find("global rank = node_rank * local_world_size + local_rank") != std::string::npos &&
+                        what.find(c10::str("this rank is ", env_int("RANK"), " of 2, node ", 1 - env_int("RANK"))) !=
+                            std::string::npos,
+                    what);
+    return 0;
   }
+  LT_WORKER_CHECK(false, "the layout was not refused");
+  return 1;
+}
+
+TEST(FsdpStrategy, HybridShardOnRanksNotLaidOutByNodeIsRefusedOnEveryRank) {
+  WorkerOptions options;
+  options.timeout = std::chrono::seconds(60);
+  options.rank_env = {{{"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "1"}, {"GROUP_RANK", "1"}},
+                      {{"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "1"}, {"GROUP_RANK", "0"}}};
+  const WorkersResult result = run_workers("FsdpHybridLayoutRefused", 2, options);
+  EXPECT_TRUE(result.ok()) << result.summary();
 }

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <iostream>
 #include <memory>
 #include <regex>
 #include <sstream>
@@ -22,9 +23,11 @@
 #include <lightning_cpp/callbacks/lambda_callback.h>
 #include <lightning_cpp/callbacks/model_checkpoint.h>
 #include <lightning_cpp/core/check.h>
+#include <lightning_cpp/core/rank_zero.h>
 #include <lightning_cpp/plugins/launchers/error_file.h>
 #include <lightning_cpp/plugins/launchers/subprocess_script.h>
 #include <lightning_cpp/plugins/strategies/ddp/ddp.h>
+#include <lightning_cpp/plugins/strategies/fsdp/fsdp.h>
 #include <lightning_cpp/fabric/fabric.h>
 #include <lightning_cpp/trainer/trainer.h>
 
@@ -66,6 +69,36 @@ LT_TEST_WORKER(TorchrunFit) {
   auto gen = at::detail::createCPUGenerator(7);
   const torch::Tensor x = torch::randn({48, 6}, gen), y = torch::randn({48, 2}, gen);
   auto options = lt::TrainerOptions().max_epochs(2).enable_progress_bar(false).default_root_dir(env_str("LT_OUT"));
+  if (env_str("LT_MODE") == "hybrid") {
+    // fsdp HYBRID_SHARD (fc1 and fc2 units by size) and ddp on each rank's own
+    // data, 2 to 5 batches (lockstep Join): the same weights on every rank.
+    const int64_t rank = lt::rank_zero_env_rank();
+    auto own = std::make_shared<lt::DataLoader>(
+        std::make_shared<lt::TensorDataset>(x.narrow(0, 0, 8 + 4 * rank), y.narrow(0, 0, 8 + 4 * rank)),
+        lt::DataLoaderOptions(4));
+    options.use_distributed_sampler(false).accumulate_grad_batches(2).default_logger(false);
+    std::vector<torch::Tensor> weights;
+    for (const bool hybrid : {true, false}) {
+      torch::manual_seed(0);
+      auto model = std::make_shared<SmallNet>();
+      std::shared_ptr<lt::Strategy> strategy = std::make_shared<lt::DDPStrategy>();
+      if (hybrid) {
+        strategy = std::make_shared<lt::FSDPStrategy>(lt::FSDPStrategyOptions()
+                                                          .sharding_strategy(lt::ShardingStrategy::kHybridShard)
+                                                          .auto_wrap_min_num_params(10));
+      }
+      lt::Trainer trainer(lt::TrainerOptions(options).strategy(strategy));
+      trainer.fit(model, own);
+      std::vector<torch::Tensor> params;
+      for (const auto& p : model->parameters()) params.push_back(p.detach().reshape(-1));
+      weights.push_back(torch::cat(params));
+      LT_WORKER_CHECK(trainer.strategy().world_size() == 4, "world size ", trainer.strategy().world_size());
+    }
+    const double differ = (weights[0] - weights[1]).abs().max().item<double>();
+    LT_WORKER_CHECK(differ <= 1e-6, "HYBRID_SHARD's weights differ from ddp's by ", differ);
+    torch::save(weights, env_str("LT_OUT") + "/rank" + std::to_string(rank) + ".pt");
+    return 0;
+  }
   if (spawn) options.devices(2).strategy(std::make_shared<lt::DDPStrategy>());
   if (manual) options.num_nodes(2).strategy(std::make_shared<lt::DDPStrategy>());
   if (env_str("LT_MODE") == "elastic") {
@@ -89,7 +122,16 @@ LT_TEST_WORKER(TorchrunFit) {
   // start; own: with its own message. Reported as a program does
   // (lt::report_failure), exit 2.
   const std::string fail = env_str("LT_FAIL");
-  if (!fail.empty()) {
+  if (fail == "killed") {
+    // Each rank prints a line per batch to its stdout (no flush); rank 1 is killed at its second batch.
+    auto printing = std::make_shared<lt::LambdaCallback>();
+    printing->on_train_batch_end_fn = [](lt::Trainer& trainer, lt::LightningModule&, const torch::Tensor&,
+                                         const lt::Batch&, int64_t batch_idx) {
+      std::cout << "rank " << trainer.strategy().global_rank() << " trained batch " << batch_idx << "\n";
+      if (trainer.strategy().global_rank() == 1 && batch_idx == 1) ::raise(SIGKILL);
+    };
+    options.callbacks({printing});
+  } else if (!fail.empty()) {
     auto failing = std::make_shared<lt::LambdaCallback>();
     failing->on_train_start_fn = [fail](lt::Trainer& trainer, lt::LightningModule&) {
       LT_CHECK_VALUE(fail != "alike", "every rank fails alike");
@@ -402,6 +444,20 @@ size_t count(const std::string& text, const std::string& part) {
 
 }  // namespace
 
+// A worker's stdout is line-buffered: the lines a rank printed before it
+// was killed reach the supervisor's output (a file here), not lost with the
+// rank's buffer.
+TEST(Failures, AKilledWorkersPrintedLinesAreNotLost) {
+  const std::string dir = fresh_dir("fail_killed");
+  std::string why;
+  EXPECT_FALSE(run_launchers(dir, {{lt::self_executable()}}, {{"LT_MODE", "spawn"}, {"LT_FAIL", "killed"}}, &why));
+  EXPECT_NE(why.find("rank 1 trained batch 0\n"), std::string::npos) << why;
+  EXPECT_NE(why.find("rank 1 trained batch 1\n"), std::string::npos) << why;
+  EXPECT_NE(why.find("rank 0 trained batch 0\n"), std::string::npos) << why;
+  EXPECT_TRUE(std::regex_search(why, std::regex("rank 1 of 2 (was killed by signal 9|.*SIGKILL)"))) << why;
+  std::filesystem::remove_all(dir);
+}
+
 // Every rank of a local spawn fails at the train start: the workers share
 // the supervisor's terminal and print nothing; the supervisor prints each
 // message once (two copies used to interleave), with its ranks where they
@@ -499,6 +555,32 @@ TEST_F(Torchrun, TwoHostsInNetworkNamespaces) {
   std::string why;
   ASSERT_TRUE(run_launchers(dir, nodes, {}, &why)) << why;
   expect_reference_weights(dir);
+  std::filesystem::remove_all(dir);
+}
+
+// fsdp HYBRID_SHARD across two hosts of two ranks each (torchrun, static
+// rendezvous): sharded within a host, replicated across; with uneven data per
+// rank it ends with ddp's weights (1e-6) and every rank the same.
+TEST_F(Torchrun, HybridShardAcrossTwoHostsEqualsDdp) {
+  TwoHosts hosts;
+  if (!hosts.error.empty()) GTEST_SKIP() << "cannot make two test hosts: " << hosts.error;
+  const std::string dir = fresh_dir("hybrid");
+  std::vector<std::vector<std::string>> nodes;
+  for (int node = 0; node < 2; ++node) {
+    nodes.push_back(hosts.on(node, torchrun({"--nnodes", "2", "--node_rank", std::to_string(node),
+                                             "--nproc_per_node", "2", "--master_addr", hosts.address_a(),
+                                             "--master_port", "29521", "--log_dir",
+                                             dir + "/logs" + std::to_string(node)})));
+  }
+  std::string why;
+  ASSERT_TRUE(run_launchers(dir, nodes, {{"LT_MODE", "hybrid"}}, &why)) << why;
+  const auto first = load_params(dir + "/rank0.pt");
+  ASSERT_EQ(first.size(), 2u);
+  for (int rank = 1; rank < 4; ++rank) {
+    const auto got = load_params(dir + "/rank" + std::to_string(rank) + ".pt");
+    ASSERT_EQ(got.size(), 2u);
+    EXPECT_TRUE(got[0].equal(first[0])) << "rank " << rank << "'s HYBRID_SHARD weights differ from rank 0's";
+  }
   std::filesystem::remove_all(dir);
 }
 

@@ -114,7 +114,7 @@ class FlatShard::JoinHookImpl : public JoinHook {
       if (b.defined()) buffers.push_back(b.detach());
     }
     if (buffers.empty()) return;  // alike on every rank: the same module
-    std::vector<torch::Tensor> rank{torch::full({1}, is_last_joiner ? sync_.collectives_.rank() : int64_t(-1),
+    std::vector<torch::Tensor> rank{torch::full({1}, is_last_joiner ? int64_t(sync_.group_->getRank()) : int64_t(-1),
                                                 torch::TensorOptions().dtype(torch::kLong).device(sync_.device_))};
     c10d::AllreduceOptions max;
     max.reduceOp = c10d::ReduceOp::MAX;
@@ -130,7 +130,8 @@ FlatShard::FlatShard(std::shared_ptr<torch::nn::Module> module, c10::intrusive_p
                      FlatShardOptions options)
     : module_(std::move(module)),
       group_(std::move(group)),
-      collectives_(group_),
+      collectives_(options.shard_group ? options.shard_group : group_),
+      replicate_group_(options.replicate_group),
       free_parameters_(options.free_parameters) {
   LT_CHECK(module_ != nullptr, "strategy fsdp: the module is null");
   if (options.reduce_dtype == ReduceDtype::kFloat16) reduce_dtype_ = torch::kHalf;
@@ -389,10 +390,14 @@ void FlatShard::reduce(size_t u) {
   // In reduce_dtype as c10d's FP16_COMPRESS hook: cast, then divide (no overflow), reduce, cast back.
   if (reduce_dtype_) flat = flat.to(*reduce_dtype_);  // the float32 buffer back to the pool
   if (divisor_ != 1.0) flat.div_(divisor_);
-  if (!reduce_dtype_) return collectives_.reduce_scatter(flat, grad);
-  torch::Tensor chunk = torch::empty({unit.chunk}, flat.options());
+  torch::Tensor chunk = reduce_dtype_ ? torch::empty({unit.chunk}, flat.options()) : grad;
   collectives_.reduce_scatter(flat, chunk);
-  grad.copy_(chunk);
+  if (replicate_group_) {
+    // HYBRID_SHARD: the sum of the nodes' reduced chunks (the replicas hold the same chunk of every rank's sum).
+    std::vector<torch::Tensor> across{chunk};
+    replicate_group_->allreduce(across)->wait();
+  }
+  if (reduce_dtype_) grad.copy_(chunk);
 }
 
 void FlatShard::unshard() {
@@ -635,7 +640,7 @@ void FlatShard::end_backward() {
 }
 
 void FlatShard::backward(const torch::Tensor& loss) {
-  divisor_ = static_cast<double>(collectives_.world_size());
+  divisor_ = static_cast<double>(group_->getSize());
   if (heartbeat_) {
     heartbeat_->wait();
     // The heartbeat's sum: the ranks with a micro-batch in this iteration.

@@ -41,7 +41,12 @@
 // Between epochs (end_epoch) and for an evaluation the module is whole
 // (every freed unit gathered, in unit order); the next micro-batch frees it
 // again as it goes.
-// G(u): all_gather of the rank's chunks into `full`. The order of 3-5 is
+// G(u): all_gather of the rank's chunks into `full`. With a shard group
+// (HYBRID_SHARD) W is its size and G(u) and R(u) are within it; R(u) is
+// followed by an allreduce (sum) of the reduced chunk over the replicate
+// group, and the divisor stays the whole group's; the Join heartbeat, the
+// sequence's MAX and the buffers' broadcast are over the whole group. The
+// order of 3-5 is
 // autograd's; it is the same on every rank for the same graph, but a rank
 // that ran out of data (Join), or pads its last window, must issue it
 // without running the graph. So:
@@ -90,11 +95,16 @@ struct FlatShardOptions {
   // Not float32: a unit's flat gradients are cast to it, divided, reduce_scattered, and cast back into
   // the shard's gradient (ddp's fp16/bf16 compression hooks: the same values on 2 ranks).
   ReduceDtype reduce_dtype = ReduceDtype::kFloat32;
+  // HYBRID_SHARD: the ranks a unit is sharded over (a node's), null for the
+  // whole group; and the group of the ranks that hold the same chunk (one per
+  // node), over which each reduced chunk is then allreduced, null for none.
+  c10::intrusive_ptr<c10d::ProcessGroup> shard_group;
+  c10::intrusive_ptr<c10d::ProcessGroup> replicate_group;
 };
 
 class FlatShard : public GradientSync, private FSDPUnitHooks {
  public:
-  // Collective: broadcasts rank 0's parameters and buffers, then builds the units.
+  // Collective: broadcasts rank 0's parameters and buffers (over `group`, every rank), then builds the units.
   FlatShard(std::shared_ptr<torch::nn::Module> module, c10::intrusive_ptr<c10d::ProcessGroup> group,
             FlatShardOptions options);
   ~FlatShard() override;
@@ -182,7 +192,8 @@ class FlatShard : public GradientSync, private FSDPUnitHooks {
 
   std::shared_ptr<torch::nn::Module> module_;
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
-  ShardCollectives collectives_;
+  ShardCollectives collectives_;                       // over the shard group
+  c10::intrusive_ptr<c10d::ProcessGroup> replicate_group_;  // HYBRID_SHARD's, else null
   bool free_parameters_;
   c10::optional<torch::ScalarType> reduce_dtype_;  // set: gradients reduced in it
   torch::Device device_{torch::kCPU};

@@ -167,9 +167,6 @@ FSDPStrategy::FSDPStrategy(FSDPStrategyOptions options) : options_(std::move(opt
 #include <lightning_cpp/plugins/strategies/fsdp/fsdp_options.def>
 #undef LT_OPTION
   }
-  LT_CHECK_VALUE(options_.sharding_strategy() != ShardingStrategy::kHybridShard,
-                 "strategy fsdp: sharding_strategy HYBRID_SHARD (full shard within a node, replicated across ",
-                 "nodes) is not built yet; use FULL_SHARD, SHARD_GRAD_OP or NO_SHARD");
 }
 
 ParallelSettings FSDPStrategy::parallel_settings() const {
@@ -189,10 +186,45 @@ std::unique_ptr<GradientSync> FSDPStrategy::make_gradient_sync(std::shared_ptr<t
         std::move(module), group, DistributedDataParallelOptions().stop_wish(std::move(stop_wish)).comm_hook(hook));
   }
   FlatShardOptions flat;
-  flat.free_parameters = options_.sharding_strategy() == ShardingStrategy::kFullShard;
+  if (options_.sharding_strategy() == ShardingStrategy::kHybridShard) hybrid_groups(flat);
+  flat.free_parameters = options_.sharding_strategy() == ShardingStrategy::kFullShard ||
+                         options_.sharding_strategy() == ShardingStrategy::kHybridShard;
   flat.min_num_params = options_.auto_wrap_min_num_params();
   flat.reduce_dtype = options_.reduce_dtype();
   return std::make_unique<FlatShard>(std::move(module), group, flat);
+}
+
+void FSDPStrategy::hybrid_groups(FlatShardOptions& flat) {
+  // Nodes of equal size, their ranks consecutive (torchrun's, SLURM's and our
+  // launcher's layout): node n holds global ranks n * L .. n * L + L - 1.
+  const ClusterEnvironment& environment = *cluster_environment();
+  const int64_t local = environment.local_world_size().value_or(0);
+  const bool laid_out = local > 0 && world_size() % local == 0 &&
+                        global_rank() == environment.node_rank() * local + local_rank();
+  if (!reduce_boolean_decision(laid_out, /*all=*/true)) {
+    throw ValueError(c10::str(
+        "strategy fsdp: sharding_strategy HYBRID_SHARD shards within a node and replicates across nodes, so it ",
+        "needs nodes of the same number of processes with consecutive ranks (global rank = node_rank * ",
+        "local_world_size + local_rank); this rank is ", global_rank(), " of ", world_size(), ", node ",
+        environment.node_rank(), ", local rank ", local_rank(), " of ",
+        local > 0 ? std::to_string(local) : std::string("an unknown number"),
+        laid_out ? " (another rank is not so laid out)" : "", ". Use FULL_SHARD, or launch with torchrun, srun or ",
+        "num_nodes"));
+  }
+  const int64_t nodes = world_size() / local;
+  if (nodes == 1) return;  // one node: FULL_SHARD over every rank
+  if (hybrid_local_size_ != local) {
+    // Made once per process, as the process group is.
+    std::vector<int64_t> shard, replicate;
+    const int64_t node = global_rank() / local;
+    for (int64_t r = 0; r < local; ++r) shard.push_back(node * local + r);
+    for (int64_t n = 0; n < nodes; ++n) replicate.push_back(n * local + local_rank());
+    shard_group_ = new_group(c10::str("fsdp_hybrid_node", node, "_of", nodes), shard);
+    replicate_group_ = new_group(c10::str("fsdp_hybrid_local", local_rank(), "_of", local), replicate);
+    hybrid_local_size_ = local;
+  }
+  flat.shard_group = shard_group_;
+  flat.replicate_group = replicate_group_;
 }
 
 OptimizerConfig FSDPStrategy::setup_optimizers(LightningModule& module) {
@@ -352,9 +384,11 @@ void FSDPStrategy::save_sharded(const c10::IValue& checkpoint, const std::string
   const auto token = static_cast<uint64_t>(
       broadcast(torch::tensor({static_cast<int64_t>(std::random_device()()) << 32 | std::random_device()()}), 0)
           .item<int64_t>());
+  // One file per rank of a shard group (HYBRID_SHARD: the first node's; the other nodes hold the same chunks).
   std::vector<std::string> files;
   if (!deferred.empty()) {
-    for (int64_t r = 0; r < world_size(); ++r) files.push_back(shard_file_name(r, world_size(), token));
+    const int64_t shards = flat_shard()->collectives().world_size();
+    for (int64_t r = 0; r < shards; ++r) files.push_back(shard_file_name(r, shards, token));
   }
   std::string error;
   auto attempt = [&](const std::function<void()>& write) {
@@ -372,7 +406,7 @@ void FSDPStrategy::save_sharded(const c10::IValue& checkpoint, const std::string
   };
   attempt([&] {
     fs::create_directories(path);
-    if (files.empty()) return;
+    if (global_rank() >= static_cast<int64_t>(files.size())) return;
     std::vector<c10::IValue> parts;
     for (const DeferredUnit& unit : deferred) parts.emplace_back(unit.chunk.contiguous());
     atomic_pickle_save(c10::ivalue::Tuple::create(std::move(parts)), (fs::path(path) / files[global_rank()]).string());
@@ -410,7 +444,9 @@ void FSDPStrategy::clip_gradients(torch::optim::Optimizer& optimizer, double cli
   // The padding's gradient is zero: the sum of squares is the module's.
   torch::Tensor squares = torch::zeros({}, torch::kDouble);
   for (const auto& grad : grads) squares += grad.pow(2).sum().to(torch::kDouble);
-  const double total = std::sqrt(reduce(squares, ReduceOp::kSum).item<double>());
+  // HYBRID_SHARD: every node holds the same chunks; the norm is one node's.
+  const double replicas = static_cast<double>(world_size() / flat->collectives().world_size());
+  const double total = std::sqrt(reduce(squares, ReduceOp::kSum).item<double>() / replicas);
   const double coef = clip_val / (total + 1e-6);
   if (coef < 1.0) {
     for (auto& grad : grads) grad.mul_(coef);

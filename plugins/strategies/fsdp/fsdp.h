@@ -14,7 +14,10 @@
 //                  chunks are all_gathered: reduced gradients and optimizer
 //                  state take 1/W per rank.
 //   NO_SHARD       DDP's semantics (c10d's Reducer).
-//   HYBRID_SHARD   refused until it is built.
+//   HYBRID_SHARD   FULL_SHARD within each node, replicated across nodes:
+//                  gathers and reduce_scatters stay within a node, and each
+//                  reduced chunk is allreduced with the other nodes' replicas
+//                  of it (nodes of equal size, ranks consecutive by node).
 // Under uneven inputs a rank that ran out of data shadows the units'
 // collectives in the order the others issue them and steps its chunk with the
 // reduced gradient (lockstep Join), so the result is the single-optimizer
@@ -143,6 +146,8 @@ class FSDPStrategy : public ParallelStrategy {
 
  private:
   std::string sharding() const;
+  // HYBRID_SHARD: the shard (a node's ranks) and replicate (a local rank's across nodes) groups.
+  void hybrid_groups(FlatShardOptions& flat);
   void save_sharded(const c10::IValue& checkpoint, const std::string& path,
                     const std::vector<detail::DeferredUnit>& deferred);
 
@@ -150,6 +155,9 @@ class FSDPStrategy : public ParallelStrategy {
   bool reshard_after_evaluation_ = false;
   // The placeholders of the checkpoint being made (module_state, optimizer_state), for save_checkpoint.
   std::vector<detail::DeferredUnit> deferred_;
+  // HYBRID_SHARD's groups, made once per process (for nodes of hybrid_local_size_ ranks).
+  int64_t hybrid_local_size_ = 0;
+  c10::intrusive_ptr<c10d::ProcessGroup> shard_group_, replicate_group_;
 };
 
 }  // namespace lt
