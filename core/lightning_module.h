@@ -7,6 +7,8 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <type_traits>
+#include <typeinfo>
 #include <vector>
 
 #include <torch/torch.h>
@@ -62,6 +64,19 @@ struct ModuleCollectives {
   bool manual_declared = false;
 };
 
+class LightningModule;
+
+namespace detail {
+// What a Trainer (or Fabric) gives the module for the duration of a run.
+struct ModuleRuntime {
+  RunState* state = nullptr;
+  Strategy* strategy = nullptr;
+  ResultCollection* results = nullptr;
+  OptimizerConfig* optimizer = nullptr;
+};
+struct ModuleAccess;  // the Trainer's, Fabric's and the loops' way in (below)
+}  // namespace detail
+
 class LightningModule : public torch::nn::Module {
  public:
   LightningModule() = default;
@@ -74,9 +89,13 @@ class LightningModule : public torch::nn::Module {
   virtual torch::Tensor predict_step(const Batch& batch, int64_t batch_idx);
   virtual OptimizerConfig configure_optimizers() = 0;
 
-  // Whether the module implements validation_step / test_step (no loop runs otherwise).
-  virtual bool has_validation_step() const { return true; }
-  virtual bool has_test_step() const { return true; }
+  // Whether the module implements validation_step / test_step: no loop runs
+  // otherwise. Detected where the Trainer sees the module's own type (a
+  // std::shared_ptr<MyModule> or a TORCH_MODULE holder; Lightning's
+  // is_overridden); through a std::shared_ptr<LightningModule> it cannot see
+  // and says true. Override these to decide yourself.
+  virtual bool has_validation_step() const { return steps_.validation; }
+  virtual bool has_test_step() const { return steps_.test; }
 
   // -- hooks ---------------------------------------------------------------
   virtual void on_fit_start() {}
@@ -135,24 +154,52 @@ class LightningModule : public torch::nn::Module {
   ModuleCollectives& collectives() { return collectives_; }
   const ModuleCollectives& collectives() const { return collectives_; }
 
-  // Set by the Trainer for the duration of a run.
-  struct Runtime {
-    RunState* state = nullptr;
-    Strategy* strategy = nullptr;
-    ResultCollection* results = nullptr;
-    OptimizerConfig* optimizer = nullptr;
-  };
-  void attach(const Runtime& runtime) { runtime_ = runtime; }
-  void detach() { runtime_ = Runtime{}; }
-  const Runtime& runtime() const { return runtime_; }
-
  private:
-  Runtime runtime_;
+  friend struct detail::ModuleAccess;
+  detail::ModuleRuntime runtime_;
+  struct Steps {
+    bool validation = true;
+    bool test = true;
+  } steps_;
   HParams hparams_;
   ModuleCollectives collectives_;
   bool automatic_optimization_ = true;
   // requires_grad of the parameters toggle_optimizer turned off.
   std::vector<std::pair<torch::Tensor, bool>> untoggled_;
 };
+
+namespace detail {
+
+// Whether M declares its own `name` step rather than LightningModule's: false
+// only where &M::name is LightningModule's; an overload set or a private
+// override (not addressable here) counts as declared.
+#define LT_DECLARES_STEP(name)                                                                           \
+  template <typename M, typename = void>                                                                 \
+  struct declares_##name : std::true_type {};                                                            \
+  template <typename M>                                                                                  \
+  struct declares_##name<M, std::void_t<decltype(&M::name)>>                                             \
+      : std::bool_constant<!std::is_same_v<decltype(&M::name), decltype(&LightningModule::name)>> {};
+LT_DECLARES_STEP(validation_step)
+LT_DECLARES_STEP(test_step)
+#undef LT_DECLARES_STEP
+
+struct ModuleAccess {
+  static void attach(LightningModule& module, const ModuleRuntime& runtime) { module.runtime_ = runtime; }
+  static void detach(LightningModule& module) { module.runtime_ = ModuleRuntime{}; }
+  static const ModuleRuntime& runtime(const LightningModule& module) { return module.runtime_; }
+  static void use_results(LightningModule& module, ResultCollection* results) { module.runtime_.results = results; }
+  // Records which steps M implements, where M is the object's own type (a
+  // pointer to a base class says nothing of the object's overrides).
+  template <typename M>
+  static std::shared_ptr<LightningModule> seen(const std::shared_ptr<M>& module) {
+    static_assert(std::is_base_of_v<LightningModule, M>, "the Trainer takes a lt::LightningModule");
+    if (module != nullptr && typeid(*module) == typeid(M)) {
+      module->LightningModule::steps_ = {declares_validation_step<M>::value, declares_test_step<M>::value};
+    }
+    return module;
+  }
+};
+
+}  // namespace detail
 
 }  // namespace lt

@@ -84,7 +84,7 @@ void Fabric::launch(const std::function<void(Fabric&)>& fn) {
 void Fabric::teardown(const std::string& status) {
   running_ = false;
   strategy_->teardown();
-  if (module_) module_->detach();
+  if (module_) detail::ModuleAccess::detach(*module_);
   state_.stage = Stage::kNone;
   if (is_global_zero()) {
     for (const auto& logger : options_.loggers()) {
@@ -109,7 +109,7 @@ OptimizerConfig Fabric::setup(std::shared_ptr<torch::nn::Module> module, Optimiz
       return OptimizerConfig();
     });
   }
-  module_->attach(LightningModule::Runtime{&state_, strategy_.get(), nullptr, &optim_});
+  detail::ModuleAccess::attach(*module_, {&state_, strategy_.get(), nullptr, &optim_});
   strategy_->precision().convert_module(*module_);
   strategy_->setup(*module_);
   if (lightning == nullptr && make_optimizer == nullptr) return optim_;  // a module to evaluate

@@ -75,9 +75,7 @@ struct LoopContext {
   ResultCollection& use_results(Stage stage, bool in_step_hook) {
     ResultCollection& r = results[stage];
     r.set_stage(stage, in_step_hook);
-    auto runtime = module.runtime();
-    runtime.results = &r;
-    module.attach(runtime);
+    detail::ModuleAccess::use_results(module, &r);
     return r;
   }
   // Sends metrics to the logger at the current global step (rank 0 only),

@@ -427,7 +427,7 @@ LT_TEST_WORKER(PreRunFailure) {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fit failed: %s\n", e.what());
     std::printf("module detached: %s\n",
-                trainer.module() == nullptr && model->runtime().state == nullptr ? "yes" : "no");
+                trainer.module() == nullptr && lt::detail::ModuleAccess::runtime(*model).state == nullptr ? "yes" : "no");
     return 1;
   }
   return 0;

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
@@ -309,6 +310,69 @@ TEST_F(TrainerTest, ModuleHolderWorksForEveryStage) {
   EXPECT_EQ(trainer.validate(model, loader(regression_data(8), 4)).count("val_loss"), 1u);
   EXPECT_EQ(trainer.test(model, loader(regression_data(8), 4)).count("test_loss"), 1u);
   EXPECT_EQ(trainer.predict(model, loader(regression_data(8), 4)).size(), 2u);
+}
+
+// Lightning's is_overridden: a module without validation_step skips the
+// validation loop it was given data for (with a warning), and validate/test
+// without their step are refused; seen through a pointer to a base class the
+// Trainer cannot tell and runs the loop.
+TEST_F(TrainerTest, TheTrainerSeesWhichStepsTheModuleImplements) {
+  class TrainOnly : public lt::LightningModule {
+   public:
+    TrainOnly() { fc = register_module("fc", torch::nn::Linear(4, 1)); }
+    torch::Tensor training_step(const Batch& batch, int64_t) override {
+      return torch::mse_loss(fc(batch.data), batch.target);
+    }
+    lt::OptimizerConfig configure_optimizers() override {
+      return std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(0.1));
+    }
+    void on_validation_epoch_start() override { ++validations; }
+    torch::nn::Linear fc{nullptr};
+    int validations = 0;
+  };
+  class WithValidation : public TrainOnly {
+   public:
+    void validation_step(const Batch& batch, int64_t) override {
+      log("val_loss", torch::mse_loss(fc(batch.data), batch.target));
+    }
+  };
+  auto trainer = [] {
+    return lt::Trainer(lt::TrainerOptions().max_epochs(1).num_sanity_val_steps(0).enable_progress_bar(false)
+                           .default_logger(false).enable_model_summary(false));
+  };
+  std::vector<std::string> warnings;
+  auto previous = lt::set_warning_handler([&](const std::string& m) { warnings.push_back(m); });
+  auto train_only = std::make_shared<TrainOnly>();
+  trainer().fit(train_only, loader(regression_data(8), 4), lt::FitOptions().val(loader(regression_data(8), 4)));
+  lt::set_warning_handler(previous);
+  EXPECT_FALSE(train_only->has_validation_step());
+  EXPECT_FALSE(train_only->has_test_step());
+  EXPECT_EQ(train_only->validations, 0);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("no validation_step"), std::string::npos) << warnings[0];
+  for (const auto& [stage, run] : std::vector<std::pair<std::string, std::function<void()>>>{
+           {"validation_step", [&] { trainer().validate(train_only, loader(regression_data(8), 4)); }},
+           {"test_step", [&] { trainer().test(train_only, loader(regression_data(8), 4)); }}}) {
+    try {
+      run();
+      ADD_FAILURE() << "ran without " << stage;
+    } catch (const lt::ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find("has no " + stage), std::string::npos) << e.what();
+    }
+  }
+
+  auto with_validation = std::make_shared<WithValidation>();
+  trainer().fit(with_validation, loader(regression_data(8), 4), lt::FitOptions().val(loader(regression_data(8), 4)));
+  EXPECT_TRUE(with_validation->has_validation_step());
+  EXPECT_FALSE(with_validation->has_test_step());
+  EXPECT_EQ(with_validation->validations, 1);
+  EXPECT_EQ(trainer().validate(with_validation, loader(regression_data(8), 4)).count("val_loss"), 1u);
+
+  // Through its base's type the object's own overrides are unknown: the loop runs.
+  std::shared_ptr<TrainOnly> as_base = std::make_shared<WithValidation>();
+  trainer().fit(as_base, loader(regression_data(8), 4), lt::FitOptions().val(loader(regression_data(8), 4)));
+  EXPECT_TRUE(as_base->has_validation_step());
+  EXPECT_EQ(as_base->validations, 1);
 }
 
 TEST_F(TrainerTest, StepAndEpochLoggingNames) {
@@ -1162,7 +1226,7 @@ TEST_F(TrainerTest, GradScalerGrowsAndResumesFromTheCheckpoint) {
     auto checkpoint = std::make_shared<lt::ModelCheckpoint>(lt::ModelCheckpointOptions().dirpath(dir).save_last(true));
     lt::Trainer trainer(lt::TrainerOptions().max_epochs(epochs).precision_plugin(precision).callbacks({checkpoint})
                             .enable_progress_bar(false).enable_model_summary(false));
-    trainer.fit(std::make_shared<Regressor>(), loader(data, 4), nullptr, ckpt_path);
+    trainer.fit(std::make_shared<Regressor>(), loader(data, 4), lt::FitOptions().ckpt_path(ckpt_path));
     return precision->scaler();
   };
   const lt::GradScaler first = run(1, "");

@@ -250,7 +250,7 @@ std::unique_ptr<Trainer::Run> Trainer::begin(const std::shared_ptr<LightningModu
     }
     results_[s].set_epoch_gather(std::move(gather));
   }
-  module->attach(LightningModule::Runtime{&state_, strategy_.get(), &results_[Stage::kTrain], &optim_});
+  detail::ModuleAccess::attach(*module, {&state_, strategy_.get(), &results_[Stage::kTrain], &optim_});
   strategy_->precision().convert_module(*module);
   strategy_->setup(*module);
   if (run->ctx.profiler != nullptr) run->ctx.profiler->setup(stage, strategy_->global_rank(), log_dir());
@@ -266,7 +266,7 @@ void Trainer::end(Run& run) {
     run.ctx.logger->finalize("success");
   }
   strategy_->teardown();
-  module_->detach();
+  detail::ModuleAccess::detach(*module_);
   module_ = nullptr;
   state_.stage = Stage::kNone;
 }
@@ -309,6 +309,11 @@ void Trainer::fit(const std::shared_ptr<LightningModule>& module, std::shared_pt
   fit_stage(module, [&] { return RunData{train, val, {}}; }, ckpt_path);
 }
 
+void Trainer::fit(const std::shared_ptr<LightningModule>& module, std::shared_ptr<DataLoader> train,
+                  const FitOptions& options) {
+  fit(module, std::move(train), options.val(), options.ckpt_path());
+}
+
 void Trainer::fit_stage(const std::shared_ptr<LightningModule>& module, const std::function<RunData()>& data,
                         const std::string& ckpt_path) {
   LT_CHECK(module != nullptr, "Trainer: the module is null");
@@ -342,6 +347,10 @@ void Trainer::fit_stage(const std::shared_ptr<LightningModule>& module, const st
     features.module = module.get();
     for (const auto& cb : run.hooks.callbacks()) features.callbacks.push_back(cb.get());
     features.has_validation = val != nullptr && module->has_validation_step();
+    if (val != nullptr && !features.has_validation) {
+      rank_zero_warn("fit was given validation data but the module has no validation_step: the validation loop "
+                     "is skipped (override validation_step to validate)");
+    }
     features.scheduler_per_step = optim_.lr_scheduler != nullptr && optim_.interval == Interval::kStep;
     features.train_batches =
         train->size() == DataLoader::kUnknownSize ? -1 : options_.limit_train_batches().apply(train->size());
@@ -385,7 +394,7 @@ void Trainer::fail(Run* run, const std::exception& caught) {
       if (run->ctx.profiler != nullptr) run->ctx.profiler->teardown(run->stage);  // what ran until the failure
     }
     strategy_->teardown();
-    if (module_ != nullptr) module_->detach();
+    if (module_ != nullptr) detail::ModuleAccess::detach(*module_);
     module_ = nullptr;
     state_.stage = Stage::kNone;
     if (!checkpoint.empty()) {
@@ -400,13 +409,17 @@ void Trainer::fail(Run* run, const std::exception& caught) {
 Metrics Trainer::evaluate(const std::shared_ptr<LightningModule>& module,
                                                 const std::function<RunData()>& data, Stage stage,
                                                 const std::string& ckpt_path) {
+  LT_CHECK(module != nullptr, "Trainer: the module is null");
+  const bool test = stage == Stage::kTest;
+  LT_CHECK_VALUE(test ? module->has_test_step() : module->has_validation_step(), "Trainer::", stage_name(stage),
+                 ": the module has no ", test ? "test_step" : "validation_step", "; override it to ",
+                 stage_name(stage));
   std::map<std::string, double> metrics;
   run_stage(module, stage, ckpt_path, data, [&](Run& run, RunData& run_data) {
     std::shared_ptr<DataLoader>& loader = run_data.loader;
     LT_CHECK(loader != nullptr, "Trainer::", stage_name(stage), ": no data (the ", stage_name(stage),
              " dataloader is null)");
     prepare_loader(loader, stage);
-    const bool test = stage == Stage::kTest;
     const FractionOrCount& limit = test ? options_.limit_test_batches() : options_.limit_val_batches();
     if (const std::string path = resolve_ckpt_path(ckpt_path, run); !path.empty()) load_weights(*module, path);
     metrics = evaluation_loop_->run(run.ctx, *loader, stage,

@@ -12,7 +12,10 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
+
+#include <torch/arg.h>
 
 #include <lightning_cpp/core/callback.h>
 #include <lightning_cpp/core/data_module.h>
@@ -29,6 +32,19 @@
 
 namespace lt {
 
+// Trainer::fit's optional arguments (Lightning's val_dataloaders= and ckpt_path=).
+struct FitOptions {
+  // The validation data (run where the module has a validation_step).
+  TORCH_ARG(std::shared_ptr<DataLoader>, val);
+  // A checkpoint to resume from: a path, "last" or "best"; empty: a fresh run.
+  TORCH_ARG(std::string, ckpt_path);
+};
+
+namespace detail {
+template <typename M>
+using if_own_module = std::enable_if_t<std::is_base_of_v<LightningModule, M> && !std::is_same_v<M, LightningModule>>;
+}  // namespace detail
+
 class Trainer {
  public:
   explicit Trainer(TrainerOptions options = {});
@@ -38,6 +54,9 @@ class Trainer {
            const std::string& ckpt_path = {});
   void fit(const std::shared_ptr<LightningModule>& module, std::shared_ptr<DataLoader> train,
            std::shared_ptr<DataLoader> val = nullptr, const std::string& ckpt_path = {});
+  // fit's optional arguments by name: fit(model, train, lt::FitOptions().val(val).ckpt_path("last")).
+  void fit(const std::shared_ptr<LightningModule>& module, std::shared_ptr<DataLoader> train,
+           const FitOptions& options);
   // ckpt_path: the weights to evaluate (a path, "last" or "best"); empty: the module's own.
   Metrics validate(const std::shared_ptr<LightningModule>& module,
                                          const std::shared_ptr<DataModule>& data, const std::string& ckpt_path = {});
@@ -52,23 +71,23 @@ class Trainer {
   std::vector<torch::Tensor> predict(const std::shared_ptr<LightningModule>& module,
                                      std::shared_ptr<DataLoader> loader, const std::string& ckpt_path = {});
 
-  // ModuleHolder overloads (TORCH_MODULE(Foo) users), for every stage.
-  template <typename Impl, typename... Rest>
-  auto fit(const torch::nn::ModuleHolder<Impl>& holder, Rest&&... rest) {
-    return fit(std::static_pointer_cast<LightningModule>(holder.ptr()), std::forward<Rest>(rest)...);
+  // A module of its own type (std::shared_ptr<MyModule>, a TORCH_MODULE
+  // holder), for every stage: the Trainer then knows whether it implements
+  // validation_step and test_step (LightningModule::has_validation_step).
+#define LT_STAGE_OVERLOADS(stage)                                                        \
+  template <typename M, typename... Rest, typename = detail::if_own_module<M>>          \
+  auto stage(const std::shared_ptr<M>& module, Rest&&... rest) {                         \
+    return stage(detail::ModuleAccess::seen(module), std::forward<Rest>(rest)...);     \
+  }                                                                                      \
+  template <typename Impl, typename... Rest>                                             \
+  auto stage(const torch::nn::ModuleHolder<Impl>& holder, Rest&&... rest) {              \
+    return stage(holder.ptr(), std::forward<Rest>(rest)...);                             \
   }
-  template <typename Impl, typename... Rest>
-  auto validate(const torch::nn::ModuleHolder<Impl>& holder, Rest&&... rest) {
-    return validate(std::static_pointer_cast<LightningModule>(holder.ptr()), std::forward<Rest>(rest)...);
-  }
-  template <typename Impl, typename... Rest>
-  auto test(const torch::nn::ModuleHolder<Impl>& holder, Rest&&... rest) {
-    return test(std::static_pointer_cast<LightningModule>(holder.ptr()), std::forward<Rest>(rest)...);
-  }
-  template <typename Impl, typename... Rest>
-  auto predict(const torch::nn::ModuleHolder<Impl>& holder, Rest&&... rest) {
-    return predict(std::static_pointer_cast<LightningModule>(holder.ptr()), std::forward<Rest>(rest)...);
-  }
+  LT_STAGE_OVERLOADS(fit)
+  LT_STAGE_OVERLOADS(validate)
+  LT_STAGE_OVERLOADS(test)
+  LT_STAGE_OVERLOADS(predict)
+#undef LT_STAGE_OVERLOADS
 
   // -- what callbacks and users read -------------------------------------------
   const TrainerOptions& options() const { return options_; }

@@ -153,8 +153,8 @@ class JoinEpochContext : public TrainingEpochContext {
     // an active rank's iteration runs their collectives.
     std::vector<Joinable*> joinables{&sync_};
     joinables.insert(joinables.end(), parts.joinables.begin(), parts.joinables.end());
-    if (module_.runtime().results != nullptr) {
-      logging_ = std::make_unique<LoggingJoinable>(*module_.runtime().results, sync_.join_process_group(),
+    if (detail::ModuleAccess::runtime(module_).results != nullptr) {
+      logging_ = std::make_unique<LoggingJoinable>(*detail::ModuleAccess::runtime(module_).results, sync_.join_process_group(),
                                                    sync_.join_device());
       joinables.push_back(logging_.get());
     }
@@ -222,7 +222,7 @@ class JoinEpochContext : public TrainingEpochContext {
   // from the watchdog thread, and from the store itself after finish().
   // Scheduled, the ranks agree on the step to stop at, as without Join.
   bool stop_requested(bool local) override {
-    return agree_stop(watchdog_, sync_, local, module_.runtime().state, /*lockstep=*/!settings_.enable || scheduled_,
+    return agree_stop(watchdog_, sync_, local, detail::ModuleAccess::runtime(module_).state, /*lockstep=*/!settings_.enable || scheduled_,
                       /*sync=*/finished_ || !settings_.enable || scheduled_);
   }
 
@@ -246,7 +246,7 @@ class JoinEpochContext : public TrainingEpochContext {
     if (settings_.mode == JoinMode::kLockstep && plan().joined_step) return;
     // Ranks that joined early took fewer optimizer steps; they now hold the
     // last joiner's model, so they take its step count too.
-    RunState* state = module_.runtime().state;
+    RunState* state = detail::ModuleAccess::runtime(module_).state;
     if (state != nullptr) {
       torch::Tensor steps = torch::tensor({state->global_step}, torch::kLong);
       state->global_step = strategy_.reduce(steps, ReduceOp::kMax).item<int64_t>();
@@ -285,7 +285,7 @@ int64_t join_num_iterations(int64_t num_batches, int64_t accumulate_grad_batches
 
 std::unique_ptr<TrainingEpochContext> make_no_sync_epoch_context(EpochParts parts, LightningModule& module,
                                                                  const EpochPlan& plan) {
-  return std::make_unique<NoSyncEpochContext>(plan, parts, module.runtime().state);
+  return std::make_unique<NoSyncEpochContext>(plan, parts, detail::ModuleAccess::runtime(module).state);
 }
 
 std::unique_ptr<TrainingEpochContext> make_join_epoch_context(EpochParts parts, LightningModule& module,

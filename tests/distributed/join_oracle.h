@@ -66,7 +66,7 @@ class JoinNet : public lt::LightningModule {
   }
   void on_train_batch_end(const torch::Tensor&, const lt::Batch&, int64_t batch_idx) override {
     if (!log_value) return;
-    const auto& metrics = runtime().state->callback_metrics;
+    const auto& metrics = lt::detail::ModuleAccess::runtime(*this).state->callback_metrics;
     logged.push_back({metrics.at("value"), metrics.at("value_max")});
   }
   bool has_validation_step() const override { return false; }

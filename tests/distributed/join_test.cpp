@@ -608,7 +608,7 @@ class ValidatingNet : public JoinNet {
   bool has_validation_step() const override { return true; }
   void on_validation_epoch_start() override {
     ++validations;
-    points.push_back({static_cast<double>(runtime().state->global_step), flat().sum().item<double>()});
+    points.push_back({static_cast<double>(global_step()), flat().sum().item<double>()});
   }
   void validation_step(const lt::Batch& batch, int64_t /*batch_idx*/) override {
     log("val_loss", torch::mse_loss(forward(batch.data), batch.target), lt::LogOptions().sync_dist(true));
