@@ -54,6 +54,9 @@ struct Args {
 
 using lt::bench::status_kb;
 
+// FULL_SHARD without backward prefetch (the others have BACKWARD_PRE, the default).
+const std::string kNoPrefetch = "FULL_SHARD-no-prefetch";
+
 class StackNet : public lt::LightningModule {
  public:
   StackNet(int64_t dim, int64_t blocks) {
@@ -123,8 +126,9 @@ int worker_main(const Args& args) {
   } else {
     strategy = std::make_shared<lt::FSDPStrategy>(
         lt::FSDPStrategyOptions()
-            .sharding_strategy(role == "FULL_SHARD" ? lt::ShardingStrategy::kFullShard
-                                                    : lt::ShardingStrategy::kShardGradOp)
+            .sharding_strategy(role.rfind("FULL_SHARD", 0) == 0 ? lt::ShardingStrategy::kFullShard
+                                                                : lt::ShardingStrategy::kShardGradOp)
+            .backward_prefetch(role == kNoPrefetch ? lt::BackwardPrefetch::kNone : lt::BackwardPrefetch::kBackwardPre)
             .state_dict_type(args.sharded ? lt::StateDictType::kSharded : lt::StateDictType::kFull));
   }
   const int64_t world = std::atoi(std::getenv("WORLD_SIZE"));
@@ -270,7 +274,7 @@ int main(int argc, char** argv) {
               lt::bench::sgemm_gflops());
   std::fflush(stdout);
   if (!args.headline.empty()) return headline(args, params, world);
-  const std::vector<std::string> roles{"ddp", "SHARD_GRAD_OP", "FULL_SHARD"};
+  const std::vector<std::string> roles{"ddp", "SHARD_GRAD_OP", "FULL_SHARD", kNoPrefetch};
   std::map<std::string, Result> best;
   for (int rep = 0; rep < args.reps; ++rep) {
     for (const std::string& role : roles) {
@@ -290,14 +294,14 @@ int main(int argc, char** argv) {
   // allreduce on gloo; SHARD_GRAD_OP gathers the parameters once (after the step), FULL_SHARD twice
   // (each unit before its forward and in backward).
   const std::map<std::string, double> payload{
-      {"ddp", params}, {"SHARD_GRAD_OP", 2.0 * params}, {"FULL_SHARD", 3.0 * params}};
+      {"ddp", params}, {"SHARD_GRAD_OP", 2.0 * params}, {"FULL_SHARD", 3.0 * params}, {kNoPrefetch, 3.0 * params}};
   const Result& ddp = best["ddp"];
   const auto mb = [](int64_t kb) { return static_cast<double>(kb) / 1024; };
-  std::printf("%-14s %13s %13s %11s %10s %9s %15s\n", "strategy", "training peak", "/ ddp's", "above base",
+  std::printf("%-22s %13s %13s %11s %10s %9s %15s\n", "strategy", "training peak", "/ ddp's", "above base",
               "/ ddp's", "steps/s", "/ ddp's");
   for (const std::string& role : roles) {
     const Result& r = best[role];
-    std::printf("%-14s %10.0f MB %12.2fx %8.0f MB %9.2fx %9.2f %14.2fx   payload %.0f MB/step; peak of the run %.0f MB\n",
+    std::printf("%-22s %10.0f MB %12.2fx %8.0f MB %9.2fx %9.2f %14.2fx   payload %.0f MB/step; peak of the run %.0f MB\n",
                 role.c_str(), mb(r.training_peak_kb),
                 static_cast<double>(r.training_peak_kb) / static_cast<double>(ddp.training_peak_kb),
                 mb(r.training_peak_kb - r.base_kb),

@@ -13,19 +13,23 @@ ShardCollectives::ShardCollectives(c10::intrusive_ptr<c10d::ProcessGroup> group)
       native_(group_->getBackendName() == "nccl") {}
 
 void ShardCollectives::all_gather(const torch::Tensor& shard, torch::Tensor& flat) const {
+  start_all_gather(shard, flat)->wait();
+}
+
+c10::intrusive_ptr<c10d::Work> ShardCollectives::start_all_gather(const torch::Tensor& shard,
+                                                                  torch::Tensor& flat) const {
   const int64_t s = shard.numel();
   LT_INTERNAL_ASSERT(flat.numel() == s * world_size_ && flat.is_contiguous() && shard.is_contiguous(),
                      "ShardCollectives::all_gather: a flat buffer of ", flat.numel(), " elements for shards of ", s,
                      " on ", world_size_, " ranks");
   if (native_) {
     torch::Tensor in = shard;
-    group_->_allgather_base(flat, in)->wait();
-    return;
+    return group_->_allgather_base(flat, in);
   }
   std::vector<std::vector<torch::Tensor>> out(1);
   for (int64_t r = 0; r < world_size_; ++r) out[0].push_back(flat.narrow(0, r * s, s));
   std::vector<torch::Tensor> in{shard};
-  group_->allgather(out, in)->wait();
+  return group_->allgather(out, in);
 }
 
 void ShardCollectives::reduce_scatter(torch::Tensor& flat, torch::Tensor& shard) const {

@@ -31,6 +31,8 @@ class ShardCollectives {
 
   // flat[r * s, (r + 1) * s) = rank r's `shard` (s = shard.numel(); flat has W * s elements).
   void all_gather(const torch::Tensor& shard, torch::Tensor& flat) const;
+  // The same, started: `flat` holds it once the Work is waited on (both tensors alive until then).
+  c10::intrusive_ptr<c10d::Work> start_all_gather(const torch::Tensor& shard, torch::Tensor& flat) const;
   // shard = chunk `rank` of the ranks' `flat`s summed. `flat` is clobbered.
   void reduce_scatter(torch::Tensor& flat, torch::Tensor& shard) const;
   // Started (its Work waited on by the caller; `shard` alive until then):

@@ -544,6 +544,66 @@ TEST(FsdpFullShard, ParametersHoldNoBytesBetweenStepsAndTheModuleIsWholeAfterFit
   expect_workers_pass("FsdpFullShardFrees", 2, std::chrono::seconds(60));
 }
 
+// Backward prefetch (BACKWARD_PRE, the default): when unit b's gradients
+// start (a hook on b's output, which runs after the strategy's), unit a's
+// gather is already under way, so a's parameters have their bytes; with NONE
+// they have none until a's own gradients start. Both end with the same
+// weights, on a rank that trains and on one that joined (3 and 5 batches).
+class ThreeUnitNet : public lt::LightningModule {
+ public:
+  ThreeUnitNet() {
+    torch::manual_seed(0);
+    a = register_module("a", lt::FSDPUnit<torch::nn::Linear>(3, 3));
+    b = register_module("b", lt::FSDPUnit<torch::nn::Linear>(3, 3));
+    c = register_module("c", lt::FSDPUnit<torch::nn::Linear>(3, 1));
+  }
+  torch::Tensor training_step(const lt::Batch& batch, int64_t /*batch_idx*/) override {
+    torch::Tensor h = b(torch::tanh(a(batch.data.to(torch::kFloat))));
+    if (h.requires_grad()) {
+      h.register_hook([this](const torch::Tensor& grad) {
+        if (global_step() >= 1) a_whole_at_b.push_back(a->parameters()[0].storage().nbytes() > 0);
+        return grad;
+      });
+    }
+    return torch::mse_loss(c(torch::tanh(h)), batch.target.to(torch::kFloat));
+  }
+  bool has_validation_step() const override { return false; }
+  lt::OptimizerConfig configure_optimizers() override {
+    return std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(0.1));
+  }
+  lt::FSDPUnit<torch::nn::Linear> a{nullptr}, b{nullptr}, c{nullptr};
+  std::vector<bool> a_whole_at_b;  // from the second step on (after the canonical window)
+};
+
+LT_TEST_WORKER(FsdpBackwardPrefetch) {
+  const int rank = env_int("RANK");
+  fsdp()->options().sharding_strategy(lt::ShardingStrategy::kFullShard);
+  std::vector<torch::Tensor> weights;
+  for (const auto prefetch : {lt::BackwardPrefetch::kBackwardPre, lt::BackwardPrefetch::kNone}) {
+    fsdp()->options().backward_prefetch(prefetch);
+    auto model = std::make_shared<ThreeUnitNet>();
+    lt::Trainer trainer(options(fsdp(), 2).max_epochs(1));
+    trainer.fit(model, rank_loader(rank, rank == 0 ? 3 : 5));
+    const bool pre = prefetch == lt::BackwardPrefetch::kBackwardPre;
+    const auto& seen = model->a_whole_at_b;
+    LT_WORKER_CHECK(!seen.empty() && std::all_of(seen.begin(), seen.end(), [&](bool whole) { return whole == pre; }),
+                    pre ? "BACKWARD_PRE" : "NONE", ": unit a's parameters ", pre ? "had no bytes" : "had bytes",
+                    " when unit b's gradients started (", seen.size(), " backward passes)");
+    std::vector<torch::Tensor> flat;
+    for (const auto& p : model->parameters()) flat.push_back(p.detach().reshape(-1));
+    weights.push_back(torch::cat(flat));
+  }
+  fsdp()->options().backward_prefetch(lt::BackwardPrefetch::kBackwardPre).sharding_strategy(
+      lt::ShardingStrategy::kShardGradOp);
+  LT_WORKER_CHECK(torch::equal(weights[0], weights[1]), "BACKWARD_PRE and NONE end with other weights: ",
+                  (weights[0] - weights[1]).abs().max().item<double>());
+  return 0;
+}
+
+TEST(FsdpFullShard, BackwardPrefetchGathersTheNextUnitAheadAndChangesNoValue) {
+  expect_workers_pass("FsdpBackwardPrefetch", 2, std::chrono::seconds(60));
+}
+
 // A model whose units run in another order after the first steps (here: in
 // reverse from batch 3 on) is stopped with an error naming the units, on
 // every rank, before the collective that would not match.

@@ -134,6 +134,7 @@ FlatShard::FlatShard(std::shared_ptr<torch::nn::Module> module, c10::intrusive_p
       replicate_group_(options.replicate_group),
       free_parameters_(options.free_parameters) {
   LT_CHECK(module_ != nullptr, "strategy fsdp: the module is null");
+  backward_prefetch_ = options.backward_prefetch == BackwardPrefetch::kBackwardPre;
   if (options.reduce_dtype == ReduceDtype::kFloat16) reduce_dtype_ = torch::kHalf;
   if (options.reduce_dtype == ReduceDtype::kBFloat16) {
     LT_CHECK_VALUE(collectives_.native(), "strategy fsdp: reduce_dtype bfloat16 needs the nccl backend: Gloo ",
@@ -331,22 +332,26 @@ torch::Tensor FlatShard::flatten(const std::vector<torch::Tensor>& whole) const 
 
 // -- storage of a unit's full buffer ------------------------------------------------------------
 
+void FlatShard::materialize(Unit& unit) {
+  if (unit.materialized) return;
+  c10::StorageImpl* storage = unit.full.storage().unsafeGetStorageImpl();
+  const size_t bytes = static_cast<size_t>(unit.full.numel()) * unit.full.element_size();
+  storage->set_data_ptr_noswap(pool_ ? pool_->take(bytes) : storage->allocator()->allocate(bytes));
+  storage->set_nbytes(bytes);
+  unit.materialized = true;
+}
+
 void FlatShard::gather(size_t u) {
   Unit& unit = units_[u];
   torch::NoGradGuard no_grad;
-  c10::StorageImpl* storage = unit.full.storage().unsafeGetStorageImpl();
-  if (!unit.materialized) {
-    const size_t bytes = static_cast<size_t>(unit.full.numel()) * unit.full.element_size();
-    storage->set_data_ptr_noswap(pool_ ? pool_->take(bytes) : storage->allocator()->allocate(bytes));
-    storage->set_nbytes(bytes);
-    unit.materialized = true;
-  }
+  materialize(unit);
   collectives_.all_gather(shard_data_.narrow(0, unit.shard_offset, unit.chunk), unit.full);
 }
 
 void FlatShard::free(size_t u) {
   Unit& unit = units_[u];
   if (!unit.freeable || !unit.materialized) return;
+  if (prefetch_ && unit_of(sequence_[prefetch_pos_ - 1]) == u) return;  // its gather under way: needed next
   c10::StorageImpl* storage = unit.full.storage().unsafeGetStorageImpl();
   storage->set_data_ptr_noswap(at::DataPtr(nullptr, storage->device()));
   storage->set_nbytes(0);
@@ -468,7 +473,7 @@ void FlatShard::event(Op op, size_t u) {
 
 void FlatShard::issue(Op op, size_t u) {
   if (op == kGather) {
-    gather(u);
+    sequence_gather(u);
     return;
   }
   free(u);  // first: the parameters' bytes are not needed for the reduction
@@ -483,16 +488,32 @@ void FlatShard::replay(bool reduces) {
     share_sequence(/*has_record=*/false);
     return;
   }
-  for (; pos_ < sequence_.size(); ++pos_) {
-    const Op op = op_of(sequence_[pos_]);
-    if (op == kReduce && !reduces) continue;
-    if (op == kGather) {
-      gather(unit_of(sequence_[pos_]));
-    } else {
-      reduce(unit_of(sequence_[pos_]));
+  while (pos_ < sequence_.size()) {
+    const int64_t c = sequence_[pos_++];
+    if (op_of(c) == kGather) {
+      sequence_gather(unit_of(c));
+    } else if (reduces) {
+      reduce(unit_of(c));
     }
   }
+  LT_INTERNAL_ASSERT(!prefetch_, "FlatShard: a prefetched gather not waited for");
   for (size_t u = 0; u < units_.size(); ++u) free(u);
+}
+
+void FlatShard::sequence_gather(size_t u) {
+  if (prefetch_ && prefetch_pos_ == pos_) {
+    std::exchange(prefetch_, {})->wait();  // unit u's, started by the G before
+  } else {
+    gather(u);
+  }
+  if (!backward_prefetch_ || pos_ <= backward_start_) return;
+  size_t next = pos_;
+  while (next < sequence_.size() && op_of(sequence_[next]) != kGather) ++next;
+  if (next == sequence_.size() || unit_of(sequence_[next]) == u) return;
+  Unit& unit = units_[unit_of(sequence_[next])];
+  materialize(unit);
+  prefetch_ = collectives_.start_all_gather(shard_data_.narrow(0, unit.shard_offset, unit.chunk), unit.full);
+  prefetch_pos_ = next + 1;
 }
 
 void FlatShard::share_sequence(bool has_record) {
@@ -501,11 +522,12 @@ void FlatShard::share_sequence(bool has_record) {
   LT_CHECK(!has_record || static_cast<int64_t>(record_.size()) <= length, "strategy fsdp: a micro-batch ran ",
            record_.size(), " collectives over ", units_.size(), " units (more than ", length,
            "): is an lt::FSDPUnit called many times in one forward?");
-  // [its length, the record], -1 where a rank has none.
-  torch::Tensor t = torch::full({length + 1}, int64_t(-1), torch::kLong);
+  // [its length, where backward starts in it, the record], -1 where a rank has none.
+  torch::Tensor t = torch::full({length + 2}, int64_t(-1), torch::kLong);
   if (has_record) {
     t[0] = static_cast<int64_t>(record_.size());
-    if (!record_.empty()) t.narrow(0, 1, static_cast<int64_t>(record_.size())).copy_(torch::tensor(record_));
+    t[1] = static_cast<int64_t>(backward_start_);
+    if (!record_.empty()) t.narrow(0, 2, static_cast<int64_t>(record_.size())).copy_(torch::tensor(record_));
   }
   std::vector<torch::Tensor> v{t.to(device_)};
   c10d::AllreduceOptions max;
@@ -520,7 +542,8 @@ void FlatShard::share_sequence(bool has_record) {
   // gathers the units back).
   if (size < 0) return;
   const auto* data = got.data_ptr<int64_t>();
-  sequence_.assign(data + 1, data + 1 + size);
+  backward_start_ = static_cast<size_t>(data[1]);
+  sequence_.assign(data + 2, data + 2 + size);
 }
 
 // -- one micro-batch --------------------------------------------------------------------------------
@@ -627,6 +650,7 @@ void FlatShard::end_backward() {
   // Units some of whose parameters got no gradient, from the last.
   for (size_t u = units_.size(); u-- > 0;) on_ready(u);
   if (!canonical()) {
+    LT_INTERNAL_ASSERT(!prefetch_, "FlatShard: a prefetched gather not waited for");
     // Under no_sync the sequence without its reduce_scatters.
     const auto counted = [&](int64_t c) { return sync_ || op_of(c) == kGather; };
     const auto expected = std::count_if(sequence_.begin(), sequence_.end(), counted);
@@ -655,6 +679,7 @@ void FlatShard::backward(const torch::Tensor& loss) {
     in_micro_batch_ = false;
     return;
   }
+  if (canonical()) backward_start_ = record_.size();
   loss.backward();
   end_backward();
 }

@@ -63,6 +63,12 @@
 //     G with its own chunk, R with the gradients it holds (zeros once
 //     joined; the window's earlier micro-batches when padding). A micro-batch
 //     under no_sync issues the sequence without its R.
+// Backward prefetch (BACKWARD_PRE): from the sequence's first collective in
+// backward on, issuing a G starts the sequence's next G (a unit's gather
+// overlaps the gradients of the unit before it), which that G then waits
+// for: the same collectives in the same order on every rank, replays
+// included. In backward every unit the next G names has been freed after its
+// forward, so at most two units' gathers are alive, as PyTorch's.
 // A joined rank then steps its shard with the reduced gradient (lockstep
 // Join: the join step), whose after_optimizer_step issues 6 as the others'
 // do. So every rank's shard equals the single-optimizer window rule.
@@ -86,6 +92,9 @@ namespace lt {
 
 // The dtype gradients are reduced in (fsdp's reduce_dtype).
 enum class ReduceDtype { kFloat32, kFloat16, kBFloat16 };
+// PyTorch's BackwardPrefetch: kBackwardPre starts the next unit's gather in
+// backward when a unit's gather is issued, before its gradients are computed.
+enum class BackwardPrefetch { kBackwardPre, kNone };
 
 struct FlatShardOptions {
   // FULL_SHARD: free each unit's parameters between uses (else SHARD_GRAD_OP: whole between steps).
@@ -95,6 +104,7 @@ struct FlatShardOptions {
   // Not float32: a unit's flat gradients are cast to it, divided, reduce_scattered, and cast back into
   // the shard's gradient (ddp's fp16/bf16 compression hooks: the same values on 2 ranks).
   ReduceDtype reduce_dtype = ReduceDtype::kFloat32;
+  BackwardPrefetch backward_prefetch = BackwardPrefetch::kNone;
   // HYBRID_SHARD: the ranks a unit is sharded over (a node's), null for the
   // whole group; and the group of the ranks that hold the same chunk (one per
   // node), over which each reduced chunk is then allreduced, null for none.
@@ -181,7 +191,12 @@ class FlatShard : public GradientSync, private FSDPUnitHooks {
   // The rest of the sequence, from here, for a rank with no micro-batch.
   void replay(bool reduces);
   void share_sequence(bool has_record);
+  // Unit's `full` given its bytes (not yet their values), where freed.
+  void materialize(Unit& unit);
   void gather(size_t u);
+  // A G of the sequence, the one just before pos_: the prefetched one waited for, or issued; then the next
+  // started (backward prefetch).
+  void sequence_gather(size_t u);
   void reduce(size_t u);
   // A buffer of W * S_u elements (from the pool on the CPU).
   torch::Tensor unit_buffer(const Unit& unit) const;
@@ -210,6 +225,11 @@ class FlatShard : public GradientSync, private FSDPUnitHooks {
   // The sequence of collectives of a micro-batch that reduces (codes op * U + u);
   // empty until the canonical window ends.
   std::vector<int64_t> sequence_;
+  size_t backward_start_ = 0;  // the sequence's first collective in backward
+  bool backward_prefetch_ = false;
+  // The G at sequence_[prefetch_pos_ - 1], started (backward prefetch); null when none.
+  c10::intrusive_ptr<c10d::Work> prefetch_;
+  size_t prefetch_pos_ = 0;
   // This micro-batch: recorded (canonical) or checked (after) up to pos_.
   std::vector<int64_t> record_;
   size_t pos_ = 0;

@@ -191,6 +191,7 @@ std::unique_ptr<GradientSync> FSDPStrategy::make_gradient_sync(std::shared_ptr<t
                          options_.sharding_strategy() == ShardingStrategy::kHybridShard;
   flat.min_num_params = options_.auto_wrap_min_num_params();
   flat.reduce_dtype = options_.reduce_dtype();
+  flat.backward_prefetch = options_.backward_prefetch();
   return std::make_unique<FlatShard>(std::move(module), group, flat);
 }
 

@@ -73,6 +73,13 @@ struct OptionEnumNames<ReduceDtype> {
                                                                    {ReduceDtype::kBFloat16, "bfloat16"}};
 };
 
+// PyTorch's BackwardPrefetch (flat_shard.h): BACKWARD_PRE or NONE (PyTorch's None).
+template <>
+struct OptionEnumNames<BackwardPrefetch> {
+  static constexpr std::pair<BackwardPrefetch, const char*> kNames[] = {
+      {BackwardPrefetch::kBackwardPre, "BACKWARD_PRE"}, {BackwardPrefetch::kNone, "NONE"}};
+};
+
 // Lightning's FSDPStrategy(state_dict_type).
 enum class StateDictType { kFull, kSharded };
 
