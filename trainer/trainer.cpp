@@ -278,6 +278,13 @@ void Trainer::place(DataModule& data) const {
 void Trainer::run_stage(const std::shared_ptr<LightningModule>& module, Stage stage, const std::string& ckpt_path,
                         const std::function<RunData()>& data, const std::function<void(Run&, RunData&)>& body) {
   LT_CHECK(module != nullptr, "Trainer: the module is null");
+  // Lightning's "No `validation_step()` method defined to run `Trainer.validate`", before anything runs.
+  if (stage == Stage::kValidate || stage == Stage::kTest) {
+    const bool test = stage == Stage::kTest;
+    LT_CHECK_VALUE(test ? module->has_test_step() : module->has_validation_step(), "Trainer::", stage_name(stage),
+                   ": the module has no ", test ? "test_step" : "validation_step", "; override it to ",
+                   stage_name(stage));
+  }
   strategy_->setup_environment(options_);
   strategy_->on_run_start(state_);  // from here a failure on one rank is reported on every rank
   std::unique_ptr<Run> run;
@@ -409,17 +416,13 @@ void Trainer::fail(Run* run, const std::exception& caught) {
 Metrics Trainer::evaluate(const std::shared_ptr<LightningModule>& module,
                                                 const std::function<RunData()>& data, Stage stage,
                                                 const std::string& ckpt_path) {
-  LT_CHECK(module != nullptr, "Trainer: the module is null");
-  const bool test = stage == Stage::kTest;
-  LT_CHECK_VALUE(test ? module->has_test_step() : module->has_validation_step(), "Trainer::", stage_name(stage),
-                 ": the module has no ", test ? "test_step" : "validation_step", "; override it to ",
-                 stage_name(stage));
   std::map<std::string, double> metrics;
   run_stage(module, stage, ckpt_path, data, [&](Run& run, RunData& run_data) {
     std::shared_ptr<DataLoader>& loader = run_data.loader;
     LT_CHECK(loader != nullptr, "Trainer::", stage_name(stage), ": no data (the ", stage_name(stage),
              " dataloader is null)");
     prepare_loader(loader, stage);
+    const bool test = stage == Stage::kTest;
     const FractionOrCount& limit = test ? options_.limit_test_batches() : options_.limit_val_batches();
     if (const std::string path = resolve_ckpt_path(ckpt_path, run); !path.empty()) load_weights(*module, path);
     metrics = evaluation_loop_->run(run.ctx, *loader, stage,

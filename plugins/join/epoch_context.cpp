@@ -153,9 +153,8 @@ class JoinEpochContext : public TrainingEpochContext {
     // an active rank's iteration runs their collectives.
     std::vector<Joinable*> joinables{&sync_};
     joinables.insert(joinables.end(), parts.joinables.begin(), parts.joinables.end());
-    if (detail::ModuleAccess::runtime(module_).results != nullptr) {
-      logging_ = std::make_unique<LoggingJoinable>(*detail::ModuleAccess::runtime(module_).results, sync_.join_process_group(),
-                                                   sync_.join_device());
+    if (ResultCollection* results = detail::ModuleAccess::runtime(module_).results; results != nullptr) {
+      logging_ = std::make_unique<LoggingJoinable>(*results, sync_.join_process_group(), sync_.join_device());
       joinables.push_back(logging_.get());
     }
     // Scheduled, a joined rank stops shadowing where the others stop.
@@ -222,8 +221,8 @@ class JoinEpochContext : public TrainingEpochContext {
   // from the watchdog thread, and from the store itself after finish().
   // Scheduled, the ranks agree on the step to stop at, as without Join.
   bool stop_requested(bool local) override {
-    return agree_stop(watchdog_, sync_, local, detail::ModuleAccess::runtime(module_).state, /*lockstep=*/!settings_.enable || scheduled_,
-                      /*sync=*/finished_ || !settings_.enable || scheduled_);
+    return agree_stop(watchdog_, sync_, local, detail::ModuleAccess::runtime(module_).state,
+                      /*lockstep=*/!settings_.enable || scheduled_, /*sync=*/finished_ || !settings_.enable || scheduled_);
   }
 
   void finish() override {

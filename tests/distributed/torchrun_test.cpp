@@ -533,6 +533,19 @@ class TwoHosts {
     return command;
   }
   const std::string& address_a() const { return address_a_; }
+  // torchrun on both hosts, a node of `nproc_per_node` ranks each, static rendezvous at host 0's
+  // `port`; node n's logs under dir/logsN.
+  std::vector<std::vector<std::string>> torchrun_nodes(const std::string& dir, int nproc_per_node,
+                                                       int port) const {
+    std::vector<std::vector<std::string>> nodes;
+    for (int node = 0; node < 2; ++node) {
+      nodes.push_back(on(node, torchrun({"--nnodes", "2", "--node_rank", std::to_string(node), "--nproc_per_node",
+                                         std::to_string(nproc_per_node), "--master_addr", address_a_,
+                                         "--master_port", std::to_string(port), "--log_dir",
+                                         dir + "/logs" + std::to_string(node)})));
+    }
+    return nodes;
+  }
   std::string error;
 
  private:
@@ -545,15 +558,8 @@ TEST_F(Torchrun, TwoHostsInNetworkNamespaces) {
   TwoHosts hosts;
   if (!hosts.error.empty()) GTEST_SKIP() << "cannot make two test hosts: " << hosts.error;
   const std::string dir = fresh_dir("hosts");
-  std::vector<std::vector<std::string>> nodes;
-  for (int node = 0; node < 2; ++node) {
-    nodes.push_back(hosts.on(node, torchrun({"--nnodes", "2", "--node_rank", std::to_string(node),
-                                             "--nproc_per_node", "1", "--master_addr", hosts.address_a(),
-                                             "--master_port", "29517", "--log_dir",
-                                             dir + "/logs" + std::to_string(node)})));
-  }
   std::string why;
-  ASSERT_TRUE(run_launchers(dir, nodes, {}, &why)) << why;
+  ASSERT_TRUE(run_launchers(dir, hosts.torchrun_nodes(dir, 1, 29517), {}, &why)) << why;
   expect_reference_weights(dir);
   std::filesystem::remove_all(dir);
 }
@@ -565,15 +571,8 @@ TEST_F(Torchrun, HybridShardAcrossTwoHostsEqualsDdp) {
   TwoHosts hosts;
   if (!hosts.error.empty()) GTEST_SKIP() << "cannot make two test hosts: " << hosts.error;
   const std::string dir = fresh_dir("hybrid");
-  std::vector<std::vector<std::string>> nodes;
-  for (int node = 0; node < 2; ++node) {
-    nodes.push_back(hosts.on(node, torchrun({"--nnodes", "2", "--node_rank", std::to_string(node),
-                                             "--nproc_per_node", "2", "--master_addr", hosts.address_a(),
-                                             "--master_port", "29521", "--log_dir",
-                                             dir + "/logs" + std::to_string(node)})));
-  }
   std::string why;
-  ASSERT_TRUE(run_launchers(dir, nodes, {{"LT_MODE", "hybrid"}}, &why)) << why;
+  ASSERT_TRUE(run_launchers(dir, hosts.torchrun_nodes(dir, 2, 29521), {{"LT_MODE", "hybrid"}}, &why)) << why;
   const auto first = load_params(dir + "/rank0.pt");
   ASSERT_EQ(first.size(), 2u);
   for (int rank = 1; rank < 4; ++rank) {
