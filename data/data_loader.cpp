@@ -257,7 +257,7 @@ void DataLoader::StreamReader::start(int64_t first) {
   const int64_t num_workers = std::max<int64_t>(1, loader_.options_.num_workers());
   for (int64_t w = 0; w < num_workers; ++w) {
     auto worker = std::make_unique<Worker>();
-    worker->stream = loader_.stream_dataset_->open(loader_.epoch_, loader_.worker_shard(w));
+    worker->stream = loader_.open_stream(w);
     LT_CHECK(worker->stream != nullptr, "IterableDataset::open returned no stream (epoch ", loader_.epoch_, ", rank ",
              loader_.shard_.rank, ", worker ", w, ")");
     workers_.push_back(std::move(worker));
@@ -393,7 +393,7 @@ int64_t DataLoader::size() const {
   const int64_t b = options_.batch_size();
   int64_t batches = 0;
   for (int64_t w = 0; w < std::max<int64_t>(1, options_.num_workers()); ++w) {
-    const std::optional<int64_t> length = stream_dataset_->length(worker_shard(w));
+    const std::optional<int64_t> length = stream_length(w);
     if (!length) return kUnknownSize;
     batches += batch_count(*length, b, options_.drop_last());
   }
@@ -420,6 +420,22 @@ StreamShard DataLoader::worker_shard(int64_t worker) const {
 void DataLoader::set_stream_shard(StreamShard shard) {
   shard_ = shard;
   set_epoch(epoch_);
+}
+
+void DataLoader::set_stream_remainder(std::shared_ptr<const StreamRemainder> rest) {
+  LT_CHECK(is_stream(), "DataLoader::set_stream_remainder: the loader's data is not a stream");
+  stream_rest_ = std::move(rest);
+  set_epoch(epoch_);
+}
+
+std::optional<int64_t> DataLoader::stream_length(int64_t worker) const {
+  if (stream_rest_ && stream_rest_->epoch() == epoch_) return stream_rest_->length(worker_shard(worker));
+  return stream_dataset_->length(worker_shard(worker));
+}
+
+std::unique_ptr<ExampleStream> DataLoader::open_stream(int64_t worker) const {
+  if (stream_rest_ && stream_rest_->epoch() == epoch_) return stream_rest_->open(worker_shard(worker));
+  return stream_dataset_->open(epoch_, worker_shard(worker));
 }
 
 bool DataLoader::has_batch(int64_t batch_idx) const {

@@ -82,6 +82,16 @@ class DataLoader {
   bool has_batch(int64_t batch_idx) const;
   // The rank whose stream this loader reads (the DDP strategy sets it).
   void set_stream_shard(StreamShard shard);
+  const StreamShard& stream_shard() const { return shard_; }
+  const std::shared_ptr<IterableDataset>& stream_dataset() const { return stream_dataset_; }
+  // Over a stream: the rest of one epoch dealt out after a resume on another
+  // world size (data/epoch_samples.h): in its epoch, the streams are its
+  // slices; null: back to the dataset's. Stops the workers.
+  void set_stream_remainder(std::shared_ptr<const StreamRemainder> rest);
+  const std::shared_ptr<const StreamRemainder>& stream_remainder() const { return stream_rest_; }
+  // Over a stream: how many examples loader worker `worker`'s stream of this
+  // epoch yields, where the dataset tells (0 of 1 without workers).
+  std::optional<int64_t> stream_length(int64_t worker) const;
   // Selects the epoch's index order; call before get(). Stops the workers.
   void set_epoch(int64_t epoch);
   // Batch `batch_idx` of the current epoch. With workers, logically const:
@@ -141,6 +151,8 @@ class DataLoader {
   std::optional<Batch> stream_batch(int64_t batch_idx) const;
   // The shard of this rank's stream that loader worker `worker` reads.
   StreamShard worker_shard(int64_t worker) const;
+  // This epoch's stream of loader worker `worker`.
+  std::unique_ptr<ExampleStream> open_stream(int64_t worker) const;
   // Reads up to batch_size examples of `stream` into a batch; nullopt at its end.
   std::optional<Batch> read_batch(ExampleStream& stream) const;
 
@@ -158,6 +170,7 @@ class DataLoader {
   // their worker threads), and batches read ahead.
   std::shared_ptr<IterableDataset> stream_dataset_;
   StreamShard shard_;
+  std::shared_ptr<const StreamRemainder> stream_rest_;
   mutable std::unique_ptr<StreamReader> reader_;
   mutable std::deque<std::pair<int64_t, std::optional<Batch>>> ahead_;
 };

@@ -6,8 +6,16 @@
 // is map-style data whose samples the run deals out (its sampler sequential,
 // random or the strategy's DistributedSampler, padded or not):
 //   "epoch_samples": {"dataset_size": n,
-//                     "trained": uint8[n] (1: trained this epoch, by any rank)}
+//                     "trained": uint8[n] (1: trained this epoch, by any rank),
+//                     "dealt": uint8[n] (where the epoch was dealt after a
+//                              resume: what was trained before it)}
 // beside the "world_size" every checkpoint holds (core/checkpoint_io.h).
+// Over a stream whose length() gives each of the epoch's streams' counts:
+//   "epoch_samples": {"stream_layout": int64[2] (num_replicas, num_workers of
+//                                      the epoch's streams),
+//                     "rest": int64[pieces, 3] (stream, begin, end: what is
+//                             left of them, in order),
+//                     "dealt": int64[pieces, 3] (where dealt after a resume)}
 // The epoch's order is fixed by the loader's seed and the epoch, but under
 // Join the ranks consumed different numbers of batches, and the shards change
 // with W: so the record is the samples themselves, every rank's, reduced.
@@ -22,8 +30,11 @@
 // per-rank batch size and accumulate_grad_batches stay as configured, so the
 // global batch changes with W; a warning says from what to what.
 // With a LengthBucketBatchSampler the rest, in the epoch's order, is
-// bucketed as the sampler buckets an epoch (a RemainderBatchSampler).
-// Refused on a world-size change, naming why: a stream, a batch sampler or
+// bucketed as the sampler buckets an epoch (a RemainderBatchSampler). A
+// stream's rest is dealt in contiguous slices (a StreamRemainder). Resumed on
+// the world size that wrote it, an epoch dealt after a resume goes on in the
+// rest as it was dealt ("dealt"), where it stopped: bitwise.
+// Refused on a world-size change, naming why: a stream without length(), a batch sampler or
 // sampler of the user's (per-rank data: use_distributed_sampler false, or a
 // custom one), padded batch samplers (uneven_inputs: pad), another dataset size.
 

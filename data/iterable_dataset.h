@@ -19,7 +19,9 @@
 // where the dataset gives one, and is refused otherwise; lockstep Join trains
 // streams of any length (a rank that finds its end inside an accumulation
 // window pads to the window's end and joins). A resumed epoch skips the
-// examples of the batches already done (ExampleStream::skip). Validation,
+// examples of the batches already done (ExampleStream::skip); resumed on
+// another world size, the rest of the epoch is dealt out (StreamRemainder,
+// where length() tells). Validation,
 // test and predict loaders may be streams too: they run to the stream's end
 // (or their limit_*_batches count); under DDP, predict returns each rank's
 // own predictions (a stream has no dataset order to merge them in).
@@ -27,6 +29,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include <lightning_cpp/core/batch.h>
 
@@ -65,6 +68,41 @@ class IterableDataset {
   virtual std::unique_ptr<ExampleStream> open(int64_t epoch, const StreamShard& shard) const = 0;
   // How many examples open(epoch, shard) yields, where the dataset can tell.
   virtual std::optional<int64_t> length(const StreamShard& /*shard*/) const { return std::nullopt; }
+};
+
+// The rest of one epoch of a stream after a resume on another world size
+// (data/epoch_samples.h). The epoch's streams were opened with `layout`'s
+// num_replicas and num_workers ("the epoch's streams": stream s of them is
+// StreamShard{s / num_workers, num_replicas, s % num_workers, num_workers});
+// what is left of them is `pieces`, in order: examples [begin, end) of
+// stream `stream`. The rest is dealt out in contiguous slices: stream i of
+// n (a shard's index() of count()) reads examples [i*R/n, (i+1)*R/n) of the
+// pieces' R, each piece opened as the epoch's stream, skipped to its begin
+// (ExampleStream::skip) and read to its end; the slices' lengths differ by
+// one at most, which lockstep Join takes.
+class StreamRemainder {
+ public:
+  struct Piece {
+    int64_t stream = 0;
+    int64_t begin = 0;
+    int64_t end = 0;
+  };
+  StreamRemainder(std::shared_ptr<const IterableDataset> dataset, int64_t epoch, StreamShard layout,
+                  std::vector<Piece> pieces);
+  int64_t epoch() const { return epoch_; }
+  const StreamShard& layout() const { return layout_; }
+  const std::vector<Piece>& pieces() const { return pieces_; }
+  // The pieces stream `shard` reads, in order.
+  std::vector<Piece> slice(const StreamShard& shard) const;
+  int64_t length(const StreamShard& shard) const;
+  std::unique_ptr<ExampleStream> open(const StreamShard& shard) const;
+
+ private:
+  std::shared_ptr<const IterableDataset> dataset_;
+  int64_t epoch_;
+  StreamShard layout_;
+  std::vector<Piece> pieces_;
+  int64_t total_ = 0;
 };
 
 }  // namespace lt

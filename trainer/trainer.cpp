@@ -19,6 +19,7 @@
 #include <lightning_cpp/loggers/logger_collection.h>
 #include <lightning_cpp/loggers/tensorboard.h>
 #include <lightning_cpp/plugins/environments/cluster_environment.h>
+#include <lightning_cpp/plugins/environments/torchrun.h>
 #include <lightning_cpp/plugins/precision/precision.h>
 #include <lightning_cpp/plugins/strategies/registration.h>
 #include <lightning_cpp/core/checkpoint_io.h>
@@ -185,7 +186,8 @@ std::string Trainer::resolve_ckpt_path(const std::string& ckpt_path, Run& run, b
   }
   if (path.empty()) {
     rank_zero_info("lightning-cpp: restarted by torchrun (TORCHELASTIC_RESTART_COUNT=",
-                   env::get_int("TORCHELASTIC_RESTART_COUNT").value_or(0), ") with no checkpoint yet: starting anew");
+                   env::get_int("TORCHELASTIC_RESTART_COUNT").value_or(0), ", or the group's members changed) with no ",
+                   "checkpoint yet: starting anew");
     return {};
   }
   rank_zero_info("lightning-cpp: ", run.stage == Stage::kTrain ? "resuming from " : "weights from ", path,
@@ -324,8 +326,6 @@ void Trainer::fit(const std::shared_ptr<LightningModule>& module, std::shared_pt
 void Trainer::fit_stage(const std::shared_ptr<LightningModule>& module, const std::function<RunData()>& data,
                         const std::string& ckpt_path) {
   LT_CHECK(module != nullptr, "Trainer: the module is null");
-  // A worker torchrun restarted after a failure (--max_restarts) resumes from the newest checkpoint.
-  const bool restarted = ckpt_path.empty() && env::get_int("TORCHELASTIC_RESTART_COUNT").value_or(0) > 0;
   // From the run's start: a SIGTERM while a peer's failure holds this rank in a
   // pre-run collective waits for that collective's error and the report of
   // every rank's part, as during training (a supervisor terminates the others
@@ -334,6 +334,10 @@ void Trainer::fit_stage(const std::shared_ptr<LightningModule>& module, const st
   strategy_->setup_environment(options_);
   std::optional<SignalGuard> signals;
   if (options_.handle_signals()) signals.emplace();
+  // Workers torchrun restarted (after a failure, --max_restarts, or when the
+  // group's members changed) resume from the newest checkpoint: every rank
+  // where any was restarted (a node that joined starts its workers anew).
+  const bool restarted = ckpt_path.empty() && strategy_->reduce_boolean_decision(torchrun_restarted(), /*all=*/false);
   struct ForgetLoader {
     std::shared_ptr<DataLoader>& loader;
     ~ForgetLoader() { loader = nullptr; }

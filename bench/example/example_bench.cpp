@@ -5,7 +5,13 @@
 // optimizer step: LibTorch's Adam::step against lt::step_optimizer on the
 // MLP's parameters (269 K), median of many steps.
 //   example_bench [--rounds N] [--epochs N]     (--rounds 0: the optimizer step only)
+//   example_bench --overlap [--rounds N] [--epochs N]
 // Each process trains as its defaults have it (intra-op threads: LibTorch's).
+// --overlap: instead of Python's loop, the example against itself with a
+// loader worker thread gathering the next batches while the loop trains
+// (--num-workers 1), and without its loggers (--no-logger: what writing the
+// logs costs, the most that overlapping it with compute could gain); one
+// process, and 2 ddp ranks (--devices 2) with and without the worker.
 
 #include <fcntl.h>
 #include <sys/resource.h>
@@ -21,6 +27,7 @@
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <torch/torch.h>
@@ -104,11 +111,13 @@ double adam_step_ms(Step step) {
 
 int main(int argc, char** argv) {
   int rounds = 3, epochs = 3;
+  bool overlap = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--epochs") && i + 1 < argc) epochs = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--overlap")) overlap = true;
     else {
-      std::cerr << "usage: example_bench [--rounds N] [--epochs N]\n";
+      std::cerr << "usage: example_bench [--overlap] [--rounds N] [--epochs N]\n";
       return 2;
     }
   }
@@ -134,6 +143,34 @@ int main(int argc, char** argv) {
   const std::string dir = ::mkdtemp(dir_template);
   const std::string data = "/usr/share/datasets/fashion-mnist";
   const std::vector<std::string> cpp = {LT_FASHION_MNIST, "--epochs", std::to_string(epochs), "--data", data};
+  if (overlap) {
+    const std::vector<std::pair<std::string, std::vector<std::string>>> variants = {
+        {"1 process", {}},
+        {"1 process, --num-workers 1", {"--num-workers", "1"}},
+        {"1 process, --no-logger", {"--no-logger"}},
+        {"2 ddp ranks", {"--devices", "2"}},
+        {"2 ddp ranks, --num-workers 1", {"--devices", "2", "--num-workers", "1"}}};
+    std::vector<std::vector<double>> seconds(variants.size());
+    for (int round = 0; round < rounds; ++round) {
+      for (size_t k = 0; k < variants.size(); ++k) {
+        const size_t v = (k + static_cast<size_t>(round)) % variants.size();  // a different one first each round
+        std::vector<std::string> argv = cpp;
+        argv.insert(argv.end(), variants[v].second.begin(), variants[v].second.end());
+        const Run r = run(argv, dir);
+        seconds[v].push_back(r.seconds);
+        std::printf("round %d %-30s %6.2f s  peak %5.0f MiB  test accuracy %s\n", round, variants[v].first.c_str(),
+                    r.seconds, r.peak_mib, accuracy(r.output).c_str());
+        std::fflush(stdout);
+      }
+    }
+    std::system(("rm -rf " + dir).c_str());
+    for (size_t v = 0; v < variants.size(); ++v) {
+      const size_t base = v < 3 ? 0 : 3;
+      std::printf("%-30s median %6.2f s: %.3fx the time of %s\n", variants[v].first.c_str(), median(seconds[v]),
+                  median(seconds[v]) / median(seconds[base]), variants[base].first.c_str());
+    }
+    return 0;
+  }
   const std::vector<std::string> python = {"/usr/bin/python3", LT_SOURCE_DIR "/bench/example/fashion_mnist_loop.py",
                                            data, std::to_string(epochs)};
   std::vector<double> cpp_s, python_s, cpp_mib, python_mib;

@@ -20,7 +20,10 @@ void FashionMnistDataModule::setup(Stage stage) {
 }
 
 std::shared_ptr<DataLoader> FashionMnistDataModule::train_dataloader() {
-  return std::make_shared<DataLoader>(train_, DataLoaderOptions(options_.batch_size()).shuffle(true).seed(options_.seed()));
+  return std::make_shared<DataLoader>(train_, DataLoaderOptions(options_.batch_size())
+                                                      .shuffle(true)
+                                                      .seed(options_.seed())
+                                                      .num_workers(options_.num_workers()));
 }
 
 std::shared_ptr<DataLoader> FashionMnistDataModule::val_dataloader() {

@@ -18,6 +18,8 @@ struct FashionMnistDataOptions {
   TORCH_ARG(int64_t, batch_size) = 64;
   TORCH_ARG(int64_t, val_size) = 5000;  // held out of the 60000 training images
   TORCH_ARG(uint64_t, seed) = 0;
+  // Loader worker threads for the training data (0: batches gathered on the loop's thread).
+  TORCH_ARG(int64_t, num_workers) = 0;
 };
 
 class FashionMnistDataModule : public DataModule {

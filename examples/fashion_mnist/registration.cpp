@@ -37,7 +37,8 @@ void register_fashion_mnist(Registry& registry) {
                                .add_string("data_dir", d.data_dir(), "folder with the IDX files")
                                .add_int("batch_size", d.batch_size(), "training batch size")
                                .add_int("val_size", d.val_size(), "images held out of the training set")
-                               .add_int("seed", static_cast<int64_t>(d.seed()), "shuffling seed"),
+                               .add_int("seed", static_cast<int64_t>(d.seed()), "shuffling seed")
+                               .add_int("num_workers", d.num_workers(), "loader worker threads for the training data"),
                            [](const InitArgs& a) {
                              LT_CHECK_VALUE(a.get_int("batch_size") >= 1, a.where(), ".batch_size must be >= 1, got ",
                                             a.get_int("batch_size"));
@@ -46,7 +47,8 @@ void register_fashion_mnist(Registry& registry) {
                                      .data_dir(a.get_string("data_dir"))
                                      .batch_size(a.get_int("batch_size"))
                                      .val_size(a.get_int("val_size"))
-                                     .seed(static_cast<uint64_t>(a.get_int("seed"))));
+                                     .seed(static_cast<uint64_t>(a.get_int("seed")))
+                                     .num_workers(a.get_int("num_workers")));
                            });
 }
 

@@ -1,5 +1,8 @@
 #include <lightning_cpp/plugins/environments/torchrun.h>
 
+#include <filesystem>
+#include <fstream>
+
 #include <lightning_cpp/core/check.h>
 
 namespace lt {
@@ -35,6 +38,23 @@ TorchrunEnvironment::TorchrunEnvironment() {
   if (env::get("TORCHELASTIC_USE_AGENT_STORE").value_or("") == "True") {
     ranks_.agent_store_prefix = c10::str("/worker/attempt_", env::get_int("TORCHELASTIC_RESTART_COUNT").value_or(0));
   }
+}
+
+bool torchrun_restarted() {
+  static const bool restarted = [] {
+    if (env::get_int("TORCHELASTIC_RESTART_COUNT").value_or(0) > 0) return true;
+    // <agent's log folder>/attempt_<restart count>/<local rank>/error.json
+    const std::optional<std::string> error_file = env::get("TORCHELASTIC_ERROR_FILE");
+    const size_t at = error_file ? error_file->rfind("/attempt_") : std::string::npos;
+    if (!env::get("TORCHELASTIC_RUN_ID") || at == std::string::npos) return false;
+    const std::filesystem::path mark = std::filesystem::path(error_file->substr(0, at)) /
+                                       c10::str("lightning_cpp.started.", env::get_int("LOCAL_RANK").value_or(0));
+    std::error_code ec;
+    if (std::filesystem::exists(mark, ec)) return true;
+    std::ofstream(mark) << "a worker of this torchrun agent started; a later start is a restart\n";
+    return false;
+  }();
+  return restarted;
 }
 
 }  // namespace lt

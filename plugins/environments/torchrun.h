@@ -26,4 +26,14 @@ class TorchrunEnvironment : public ClusterEnvironment {
   std::string name_;
 };
 
+// Whether torchrun's agent of this process started this worker before in
+// this job: after a failure (TORCHELASTIC_RESTART_COUNT > 0), or when the
+// group's members changed (a node joined or was lost: torchrun restarts the
+// workers then without counting a restart). So that the second is seen too,
+// each worker's first start leaves a mark in its agent's log folder (which
+// torchrun makes anew for each agent; TORCHELASTIC_ERROR_FILE is in it):
+// lightning_cpp.started.<LOCAL_RANK>. False outside torchrun. The same answer
+// for every call in a process.
+bool torchrun_restarted();
+
 }  // namespace lt

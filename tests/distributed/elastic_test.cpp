@@ -53,6 +53,28 @@ class RecordingNet : public lt::LightningModule {
   std::string record_;
 };
 
+// Sample k of kSamples as a stream: the epoch's stream i of n (a rank's
+// loader worker's, StreamShard::index() of count()) reads k = i, i + n, ...
+class NumberStream : public lt::IterableDataset {
+ public:
+  std::unique_ptr<lt::ExampleStream> open(int64_t /*epoch*/, const lt::StreamShard& shard) const override {
+    struct Numbers : lt::ExampleStream {
+      int64_t next_k, step;
+      Numbers(int64_t first, int64_t n) : next_k(first), step(n) {}
+      std::optional<lt::Batch> next() override {
+        if (next_k >= kSamples) return std::nullopt;
+        const auto k = static_cast<float>(next_k);
+        next_k += step;
+        return lt::Batch{torch::full({1}, k), torch::zeros({1})};
+      }
+    };
+    return std::make_unique<Numbers>(shard.index(), shard.count());
+  }
+  std::optional<int64_t> length(const lt::StreamShard& shard) const override {
+    return (kSamples - shard.index() + shard.count() - 1) / shard.count();
+  }
+};
+
 // One phase: WORLD_SIZE ranks from LT_RESUME (or the start) until LT_MAX_STEPS
 // (-1: the end of 2 epochs), a checkpoint after every step.
 LT_TEST_WORKER(ElasticPhase) {
@@ -60,8 +82,12 @@ LT_TEST_WORKER(ElasticPhase) {
   const int world = env_int("WORLD_SIZE");
   const std::string dir = env_str("LT_DIR");
   auto data = torch::arange(kSamples, torch::kFloat).unsqueeze(1);
-  auto loader = std::make_shared<lt::DataLoader>(std::make_shared<lt::TensorDataset>(data, torch::zeros_like(data)),
-                                                 lt::DataLoaderOptions(2).shuffle(true).seed(7));
+  auto loader = env_int("LT_STREAM", 0) == 1  // a stream read by 2 loader workers a rank
+                    ? std::make_shared<lt::DataLoader>(std::make_shared<NumberStream>(),
+                                                       lt::DataLoaderOptions(2).num_workers(2))
+                    : std::make_shared<lt::DataLoader>(
+                          std::make_shared<lt::TensorDataset>(data, torch::zeros_like(data)),
+                          lt::DataLoaderOptions(2).shuffle(true).seed(7));
   if (env_int("LT_BUCKET", 0) == 1) {  // length-bucketed batches: sample i has length i % 5 + 1, up to 6 tokens a batch
     std::vector<int64_t> lengths;
     for (int64_t i = 0; i < kSamples; ++i) lengths.push_back(i % 5 + 1);
@@ -137,15 +163,19 @@ std::vector<int64_t> every_sample() {
 // epoch's trained samples are the 23, each once. Under ddp, and under fsdp
 // (FULL_SHARD: its checkpoints resharded from 2 ranks to 1 and from 1 to 3;
 // with `sharded`, the 2 ranks' checkpoint a sharded one). With `bucket`,
-// length-bucketed batches (of 1-3 samples: the steps train other counts).
-void expect_every_sample_once(const std::string& strategy, bool sharded = false, bool bucket = false) {
+// length-bucketed batches (of 1-3 samples: the steps train other counts);
+// with `stream`, a stream of known length read by 2 loader workers a rank.
+void expect_every_sample_once(const std::string& strategy, bool sharded = false, bool bucket = false,
+                              bool stream = false) {
   const auto dir = std::filesystem::temp_directory_path() /
                    ("lt_elastic_" + strategy + (sharded ? "_sharded" : "") + (bucket ? "_bucket" : "") +
-                    std::to_string(::getpid()));
+                    (stream ? "_stream" : "") + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string ckpts = (dir / "ckpts").string();
-  const std::map<std::string, std::string> common{
-      {"LT_DIR", dir.string()}, {"LT_SHARDED", sharded ? "1" : "0"}, {"LT_BUCKET", bucket ? "1" : "0"}};
+  const std::map<std::string, std::string> common{{"LT_DIR", dir.string()},
+                                                  {"LT_SHARDED", sharded ? "1" : "0"},
+                                                  {"LT_BUCKET", bucket ? "1" : "0"},
+                                                  {"LT_STREAM", stream ? "1" : "0"}};
   auto with = [&](std::map<std::string, std::string> env) {
     env.insert(common.begin(), common.end());
     return env;
@@ -177,39 +207,49 @@ TEST(Elastic, AnFsdpEpochWithShardedCheckpointsResumedOnOneThenThreeRanksTrainsE
 TEST(Elastic, ALengthBucketedEpochResumedOnOneThenThreeRanksTrainsEverySampleOnce) {
   expect_every_sample_once("ddp", /*sharded=*/false, /*bucket=*/true);
 }
+TEST(Elastic, AStreamedEpochResumedOnOneThenThreeRanksTrainsEverySampleOnce) {
+  expect_every_sample_once("ddp", /*sharded=*/false, /*bucket=*/false, /*stream=*/true);
+}
 
 // Killed (SIGKILL on rank 0, in a step drawn from a seeded generator) on 2
-// ranks, then on 1 process resumed from the newest checkpoint, then resumed
-// on 3 ranks to the end of 2 epochs: the samples of each epoch that the
-// checkpoints carried on (a killed run's steps after its last checkpoint are
-// lost with it) are the 23, each once.
+// ranks, then on 1 process resumed from the newest checkpoint, then on 3
+// ranks resumed from its newest (dealing out the rest of epoch 0) and killed
+// in their second step, then resumed on 3 ranks again (the rest as it was
+// dealt: the same world size) to the end of 2 epochs: the samples of each
+// epoch that the checkpoints carried on (a killed run's steps after its last
+// checkpoint are lost with it) are the 23, each once. Map-style data
+// shuffled (seeds 1 and 2), and a stream read by 2 loader workers (seed 3).
 TEST(Elastic, KilledRunsResumedOnOtherWorldSizesTrainEverySampleOnce) {
-  for (const unsigned seed : {1u, 2u}) {
+  for (const unsigned seed : {1u, 2u, 3u}) {
     std::mt19937 draw(seed);
-    const int64_t first = 2 + static_cast<int64_t>(draw() % 4);      // a step of the 6 of epoch 0 on 2 ranks
-    const int64_t second = first + 1 + static_cast<int64_t>(draw() % 3);  // 1-3 steps later, on 1 process
+    const int64_t first = 2 + static_cast<int64_t>(draw() % 2);           // step 2 or 3 of epoch 0's 6 on 2 ranks
+    const int64_t second = first + 1 + static_cast<int64_t>(draw() % 2);  // 1-2 steps later, on 1 process
+    const int64_t third = second + 1;  // the second step on 3 ranks: epoch 0 has >= 11 samples left, 2 steps
+    const std::string stream = seed == 3 ? "1" : "0";
     const auto dir = std::filesystem::temp_directory_path() /
                      ("lt_elastic_kill_" + std::to_string(seed) + "_" + std::to_string(::getpid()));
     std::filesystem::create_directories(dir);
-    WorkerOptions killed;
-    killed.timeout = std::chrono::seconds(60);
-    killed.env = {{"LT_DIR", dir.string()}, {"LT_PHASE", "1"}, {"LT_MAX_STEPS", "-1"},
-                  {"LT_KILL_AT", std::to_string(first)}};
-    const WorkersResult one = run_workers("ElasticPhase", 2, killed);
-    ASSERT_FALSE(one.ok()) << "rank 0 was not killed at step " << first << ": " << one.summary();
-    killed.env = {{"LT_DIR", dir.string()}, {"LT_PHASE", "2"}, {"LT_MAX_STEPS", "-1"},
-                  {"LT_KILL_AT", std::to_string(second)}, {"LT_RESUME", "last"}};
-    const WorkersResult two = run_workers("ElasticPhase", 1, killed);
-    ASSERT_FALSE(two.ok()) << "the process was not killed at step " << second << ": " << two.summary();
+    const std::vector<std::pair<int, int64_t>> killed_phases{{2, first}, {1, second}, {3, third}};
+    for (size_t p = 0; p < killed_phases.size(); ++p) {
+      WorkerOptions killed;
+      killed.timeout = std::chrono::seconds(60);
+      killed.env = {{"LT_DIR", dir.string()},   {"LT_PHASE", std::to_string(p + 1)},
+                    {"LT_MAX_STEPS", "-1"},      {"LT_KILL_AT", std::to_string(killed_phases[p].second)},
+                    {"LT_STREAM", stream},       {"LT_RESUME", p == 0 ? "" : "last"}};
+      const WorkersResult run = run_workers("ElasticPhase", killed_phases[p].first, killed);
+      ASSERT_FALSE(run.ok()) << "phase " << p + 1 << " was not killed at step " << killed_phases[p].second << ": "
+                             << run.summary();
+    }
     expect_workers_pass("ElasticPhase", 3, std::chrono::seconds(60),
-                        {{"LT_DIR", dir.string()}, {"LT_PHASE", "3"}, {"LT_MAX_STEPS", "-1"}, {"LT_RESUME", "last"}});
+                        {{"LT_DIR", dir.string()}, {"LT_PHASE", "4"}, {"LT_MAX_STEPS", "-1"}, {"LT_RESUME", "last"},
+                         {"LT_STREAM", stream}});
     // Each killed phase's newest checkpoint was its step before the kill.
-    auto trained = trained_per_epoch(dir, {{"1", first - 1}, {"2", second - 1}});
+    auto trained = trained_per_epoch(dir, {{"1", first - 1}, {"2", second - 1}, {"3", third - 1}});
     ASSERT_EQ(trained.size(), 2u) << "seed " << seed;
     for (auto& [epoch, samples] : trained) {
       std::sort(samples.begin(), samples.end());
-      EXPECT_EQ(samples, every_sample()) << "seed " << seed << " (killed at steps " << first << " and " << second
-                                         << "), epoch " << epoch;
+      EXPECT_EQ(samples, every_sample()) << "seed " << seed << " (killed at steps " << first << ", " << second
+                                         << " and " << third << "), epoch " << epoch;
     }
     std::filesystem::remove_all(dir);
   }

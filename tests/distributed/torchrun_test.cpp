@@ -189,7 +189,7 @@ LT_TEST_WORKER(TorchrunElastic) {
     torch::Tensor training_step(const lt::Batch& batch, int64_t /*batch_idx*/) override {
       {
         std::ofstream out(env_str("LT_OUT") + "/samples." + env_str("TORCHELASTIC_RESTART_COUNT") + "." +
-                              std::to_string(global_rank()),
+                              env_str("WORLD_SIZE") + "." + std::to_string(global_rank()),
                           std::ios::app);
         for (int64_t i = 0; i < batch.data.size(0); ++i) {
           out << current_epoch() << " " << global_step() + 1 << " " << batch.data[i][0].item<int64_t>() << "\n";
@@ -199,6 +199,8 @@ LT_TEST_WORKER(TorchrunElastic) {
         ::kill(::getppid(), SIGKILL);  // the node's agent
         ::raise(SIGKILL);
       }
+      // Alone, slowly, so that the other node joins within the first epoch.
+      if (env_str("LT_SLOW_ALONE") == "1" && env_str("WORLD_SIZE") == "1") ::usleep(400000);
       return torch::mse_loss(fc(batch.data / 23), batch.target);
     }
     lt::OptimizerConfig configure_optimizers() override {
@@ -372,55 +374,6 @@ TEST_F(Torchrun, AFabricLoopJoinsTorchrunsRanksAndEndsWithTheTrainersWeights) {
 // torchrun --max_restarts 1: a worker killed mid-epoch makes torchrun
 // restart the group; the restarted workers resume from the newest checkpoint
 // (step 8, mid-epoch) by themselves and end with the never-killed weights.
-// torchrun elastic: two nodes (--nnodes 1:2, c10d rendezvous, --max_restarts
-// 1) train an epoch of 23 samples; one node is lost for good in step 3 (its
-// agent and worker SIGKILLed); the other's agent re-forms the group alone and
-// its restarted worker resumes from the newest checkpoint (step 2) on 1
-// rank, dealing out what is left of the epoch (data/epoch_samples.h). Each
-// epoch's samples that the checkpoints carried on are the 23, once.
-TEST_F(Torchrun, AGroupThatLosesANodeGoesOnWithTheOtherEverySampleOnce) {
-  const std::string dir = fresh_dir("lost_node");
-  const std::string endpoint = "127.0.0.1:" + std::to_string(lt::find_free_port());
-  auto node = [&](const char* name, const char* is_host) {
-    return torchrun({"--nnodes", "1:2", "--nproc_per_node", "1", "--max_restarts", "1", "--rdzv_backend", "c10d",
-                     "--rdzv_endpoint", endpoint, "--rdzv_id", "lt_lost_node", "--rdzv_conf",
-                     std::string("is_host=") + is_host + ",last_call_timeout=3", "--log_dir",
-                     dir + "/logs_" + name});
-  };
-  // The doomed node (not the rendezvous's host) in the background, the other one waited for.
-  std::string doomed = "LT_TEST_WORKER=TorchrunElastic LT_OUT=" + dir + " LT_DOOMED=1";
-  for (const std::string& arg : node("b", "false")) doomed += " " + arg;
-  lt::WorkerSpec host;
-  host.argv = node("a", "true");
-  host.env = {{"LT_TEST_WORKER", "TorchrunElastic"}, {"LT_OUT", dir}};
-  host.output_path = dir + "/launcher_a.log";
-  ASSERT_EQ(std::system(("env " + doomed + " > " + dir + "/launcher_b.log 2>&1 &").c_str()), 0);
-  const auto exits = lt::launch_and_wait({host}, lt::LaunchOptions{std::chrono::seconds(120)});
-  ASSERT_TRUE(exits[0].ok()) << exits[0].describe() << "\n" << read_file(host.output_path) << "\nnode b:\n"
-                             << read_file(dir + "/launcher_b.log");
-  std::map<int64_t, std::vector<int64_t>> trained;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    const std::string name = entry.path().filename().string();  // samples.RESTART.RANK
-    if (name.rfind("samples.", 0) != 0) continue;
-    const bool first_attempt = name.rfind("samples.0.", 0) == 0;
-    std::ifstream in(entry.path());
-    int64_t epoch = 0, step = 0, sample = 0;
-    while (in >> epoch >> step >> sample) {
-      if (!first_attempt || step <= 2) trained[epoch].push_back(sample);  // step 3 died with the node
-    }
-  }
-  std::vector<int64_t> all(23);
-  for (int64_t i = 0; i < 23; ++i) all[static_cast<size_t>(i)] = i;
-  ASSERT_EQ(trained.size(), 2u) << read_file(host.output_path);
-  for (auto& [epoch, samples] : trained) {
-    std::sort(samples.begin(), samples.end());
-    EXPECT_EQ(samples, all) << "epoch " << epoch << "\n" << read_file(host.output_path);
-  }
-  EXPECT_NE(read_file(host.output_path).find("resumed on 1 ranks from a checkpoint of 2 ranks"), std::string::npos)
-      << read_file(host.output_path);
-  std::filesystem::remove_all(dir);
-}
-
 TEST_F(Torchrun, ARestartedGroupResumesFromTheLastCheckpoint) {
   const std::string dir = fresh_dir("elastic");
   std::string why;
@@ -502,6 +455,9 @@ namespace {
 
 // Two test hosts: network namespaces joined by a veth pair, 10.77.<n>.1 and
 // 10.77.<n>.2; torn down when destroyed. Empty `error` when they are up.
+// Each host's /etc/hosts (ip netns exec's /etc/netns/<host>/hosts) names
+// both, for elastic(): torchrun's c10d rendezvous gives the workers their
+// rank 0's host by name.
 class TwoHosts {
  public:
   TwoHosts() {
@@ -510,6 +466,12 @@ class TwoHosts {
     b_ = "lt_b" + id;
     const std::string net = "10.77." + std::to_string(::getpid() % 250) + ".";
     address_a_ = net + "1";
+    for (const std::string& host : {a_, b_}) {
+      std::filesystem::create_directories("/etc/netns/" + host);
+      std::ofstream("/etc/netns/" + host + "/hosts") << "127.0.0.1 localhost\n"
+                                                     << net << "1 " << name(0) << "\n"
+                                                     << net << "2 " << name(1) << "\n";
+    }
     for (const std::string& command :
          {"ip netns add " + a_, "ip netns add " + b_, "ip link add lt_va" + id + " type veth peer name lt_vb" + id,
           "ip link set lt_va" + id + " netns " + a_, "ip link set lt_vb" + id + " netns " + b_,
@@ -524,8 +486,19 @@ class TwoHosts {
     }
   }
   ~TwoHosts() {
-    std::system(("ip netns del " + a_ + " 2>/dev/null").c_str());
-    std::system(("ip netns del " + b_ + " 2>/dev/null").c_str());
+    for (const std::string& host : {a_, b_}) {
+      std::system(("ip netns del " + host + " 2>/dev/null").c_str());
+      std::error_code ec;
+      std::filesystem::remove_all("/etc/netns/" + host, ec);
+    }
+  }
+  // Host 0's (a) or 1's (b) name, as elastic() sets it.
+  std::string name(int host) const { return (host == 0 ? "lt-a" : "lt-b") + a_.substr(4); }
+  // `command` run on host 0 or 1 under that host's own name (a UTS namespace).
+  std::vector<std::string> elastic(int host, std::vector<std::string> command) const {
+    command.insert(command.begin(), {"unshare", "--uts", "/bin/sh", "-c", "hostname " + name(host) + " && exec \"$@\"",
+                                     "sh"});
+    return on(host, std::move(command));
   }
   // `command` run on host 0 (a) or 1 (b).
   std::vector<std::string> on(int host, std::vector<std::string> command) const {
@@ -552,7 +525,121 @@ class TwoHosts {
   std::string a_, b_, address_a_;
 };
 
+// torchrun elastic on `hosts`: a node of one rank (--nnodes 1:2, c10d
+// rendezvous hosted by host 0 at `port`, --max_restarts 1).
+std::vector<std::string> elastic_node(const TwoHosts& hosts, int host, int port, const std::string& dir) {
+  return hosts.elastic(host, torchrun({"--nnodes", "1:2", "--nproc_per_node", "1", "--max_restarts", "1",
+                                       "--monitor_interval", "1", "--rdzv_backend", "c10d", "--rdzv_endpoint",
+                                       hosts.address_a() + ":" + std::to_string(port), "--rdzv_id", "lt_elastic",
+                                       "--rdzv_conf", std::string("is_host=") + (host == 0 ? "true" : "false") +
+                                                          ",last_call_timeout=3",
+                                       "--log_dir", dir + "/logs" + std::to_string(host)}));
+}
+
+// The samples TorchrunElastic's rounds trained (samples.RESTART.WORLD.RANK
+// files), by epoch: of each round only the steps up to the step the next
+// round resumed from (one before its first; a round ended by a node's loss
+// or arrival trained some after its last checkpoint).
+std::map<int64_t, std::vector<int64_t>> trained_by_rounds(const std::string& dir) {
+  struct Line {
+    int64_t epoch, step, sample;
+  };
+  std::map<std::string, std::vector<Line>> rounds;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("samples.", 0) != 0) continue;
+    std::ifstream in(entry.path());
+    Line line{};
+    while (in >> line.epoch >> line.step >> line.sample) rounds[name.substr(0, name.rfind('.'))].push_back(line);
+  }
+  std::vector<std::pair<int64_t, const std::vector<Line>*>> by_start;  // (first step, lines)
+  for (const auto& [round, lines] : rounds) {
+    int64_t first = INT64_MAX;
+    for (const Line& line : lines) first = std::min(first, line.step);
+    by_start.emplace_back(first, &lines);
+  }
+  std::sort(by_start.begin(), by_start.end());
+  std::map<int64_t, std::vector<int64_t>> out;
+  for (size_t r = 0; r < by_start.size(); ++r) {
+    const int64_t last = r + 1 < by_start.size() ? by_start[r + 1].first - 1 : INT64_MAX;
+    for (const Line& line : *by_start[r].second) {
+      if (line.step <= last) out[line.epoch].push_back(line.sample);
+    }
+  }
+  return out;
+}
+
+void expect_every_sample_once(const std::map<int64_t, std::vector<int64_t>>& trained, const std::string& why) {
+  std::vector<int64_t> all(23);
+  for (int64_t i = 0; i < 23; ++i) all[static_cast<size_t>(i)] = i;
+  ASSERT_EQ(trained.size(), 2u) << why;
+  for (auto [epoch, samples] : trained) {
+    std::sort(samples.begin(), samples.end());
+    EXPECT_EQ(samples, all) << "epoch " << epoch << "\n" << why;
+  }
+}
+
 }  // namespace
+
+// torchrun elastic on two hosts: two nodes (--nnodes 1:2, c10d rendezvous,
+// --max_restarts 1) train 2 epochs of 23 samples; host b is lost for good in
+// step 3 (its agent and worker SIGKILLed); host a's agent re-forms the group
+// alone and its restarted worker resumes from the newest checkpoint (step 2)
+// on 1 rank, dealing out what is left of the epoch (data/epoch_samples.h).
+// Each epoch's samples that the checkpoints carried on are the 23, once.
+TEST_F(Torchrun, AGroupThatLosesANodeGoesOnWithTheOtherEverySampleOnce) {
+  TwoHosts hosts;
+  if (!hosts.error.empty()) GTEST_SKIP() << "cannot make two test hosts: " << hosts.error;
+  const std::string dir = fresh_dir("lost_node");
+  // The doomed host in the background (its failure would end a launch_and_wait), host a waited for.
+  std::string doomed = "env LT_TEST_WORKER=TorchrunElastic LT_OUT=" + dir + " LT_DOOMED=1";
+  for (const std::string& arg : elastic_node(hosts, 1, 29523, dir)) {
+    std::string quoted = "'";
+    for (char c : arg) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    doomed += " " + quoted + "'";
+  }
+  ASSERT_EQ(std::system((doomed + " > " + dir + "/launcher1.log 2>&1 &").c_str()), 0);
+  lt::WorkerSpec host;
+  host.argv = elastic_node(hosts, 0, 29523, dir);
+  host.env = {{"LT_TEST_WORKER", "TorchrunElastic"}, {"LT_OUT", dir}};
+  host.output_path = dir + "/launcher0.log";
+  const auto exits = lt::launch_and_wait({host}, lt::LaunchOptions{std::chrono::seconds(120)});
+  const std::string logs = read_file(host.output_path) + "\nhost b:\n" + read_file(dir + "/launcher1.log");
+  ASSERT_TRUE(exits[0].ok()) << exits[0].describe() << "\n" << logs;
+  expect_every_sample_once(trained_by_rounds(dir), logs);
+  EXPECT_NE(logs.find("resumed on 1 ranks from a checkpoint of 2 ranks"), std::string::npos) << logs;
+  std::filesystem::remove_all(dir);
+}
+
+// torchrun elastic on two hosts: host a trains alone (--nnodes 1:2), slowly;
+// after its checkpoint of step 2, host b's agent joins: torchrun restarts
+// host a's worker (a membership change, not counted as a restart) and starts
+// host b's, and the two resume from the newest checkpoint by themselves
+// (torchrun_restarted: host a's agent had started a worker before), dealing
+// out the rest of the epoch to 2 ranks. Each epoch's samples that the
+// checkpoints carried on are the 23, once.
+TEST_F(Torchrun, AGroupThatANodeJoinsGoesOnWithBothEverySampleOnce) {
+  TwoHosts hosts;
+  if (!hosts.error.empty()) GTEST_SKIP() << "cannot make two test hosts: " << hosts.error;
+  const std::string dir = fresh_dir("joined_node");
+  std::vector<lt::WorkerSpec> nodes(2);
+  for (int host = 0; host < 2; ++host) {
+    nodes[host].argv = elastic_node(hosts, host, 29525, dir);
+    nodes[host].env = {{"LT_TEST_WORKER", "TorchrunElastic"}, {"LT_OUT", dir}, {"LT_SLOW_ALONE", "1"}};
+    nodes[host].output_path = dir + "/launcher" + std::to_string(host) + ".log";
+  }
+  // Host b starts once host a has a checkpoint.
+  const std::string first = dir + "/ckpt/epoch=0-step=2.ckpt";
+  nodes[1].argv.insert(nodes[1].argv.begin(), {"/bin/sh", "-c", "while [ ! -e '" + first + "' ]; do sleep 0.1; done; "
+                                                                "exec \"$@\"", "sh"});
+  const auto exits = lt::launch_and_wait(nodes, lt::LaunchOptions{std::chrono::seconds(120)});
+  const std::string logs = read_file(nodes[0].output_path) + "\nhost b:\n" + read_file(nodes[1].output_path);
+  ASSERT_TRUE(exits[0].ok() && exits[1].ok()) << exits[0].describe() << "; " << exits[1].describe() << "\n" << logs;
+  expect_every_sample_once(trained_by_rounds(dir), logs);
+  EXPECT_NE(logs.find("resumed on 2 ranks from a checkpoint of 1 ranks"), std::string::npos) << logs;
+  EXPECT_NE(logs.find("(ckpt_path: last, after a restart by torchrun)"), std::string::npos) << logs;
+  std::filesystem::remove_all(dir);
+}
 
 TEST_F(Torchrun, TwoHostsInNetworkNamespaces) {
   TwoHosts hosts;
