@@ -87,7 +87,7 @@ LT_TEST_WORKER(ElasticPhase) {
                                                        lt::DataLoaderOptions(2).num_workers(2))
                     : std::make_shared<lt::DataLoader>(
                           std::make_shared<lt::TensorDataset>(data, torch::zeros_like(data)),
-                          lt::DataLoaderOptions(2).shuffle(true).seed(7));
+                          lt::DataLoaderOptions(2).shuffle(true).seed(7).drop_last(env_int("LT_DROP_LAST", 0) == 1));
   if (env_int("LT_BUCKET", 0) == 1) {  // length-bucketed batches: sample i has length i % 5 + 1, up to 6 tokens a batch
     std::vector<int64_t> lengths;
     for (int64_t i = 0; i < kSamples; ++i) lengths.push_back(i % 5 + 1);
@@ -112,10 +112,26 @@ LT_TEST_WORKER(ElasticPhase) {
     options.strategy(std::make_shared<lt::DDPStrategy>(
         lt::DDPStrategyOptions().process_group_timeout(std::chrono::seconds(30))));
   }
+  const std::string record = dir + "/samples." + env_str("LT_PHASE") + "." + std::to_string(rank);
+  // With drop_last: at a rank's last batch of an epoch, the samples of its
+  // shard that no batch took (its partial batch), to dropped.PHASE.RANK.
+  auto dropped = std::make_shared<lt::LambdaCallback>();
+  dropped->on_train_batch_end_fn = [&](lt::Trainer&, lt::LightningModule& module, const torch::Tensor&,
+                                       const lt::Batch&, int64_t batch_idx) {
+    if (!loader->options().drop_last() || batch_idx + 1 != loader->size()) return;
+    std::vector<int64_t> taken;
+    for (int64_t b = 0; b < loader->size(); ++b) {
+      for (int64_t i : loader->batch_indices(b)) taken.push_back(i);
+    }
+    std::ofstream out(dir + "/dropped." + env_str("LT_PHASE") + "." + std::to_string(rank), std::ios::app);
+    for (int64_t i : loader->sampler()->indices(module.current_epoch())) {
+      if (std::find(taken.begin(), taken.end(), i) == taken.end()) out << module.current_epoch() << " " << i << "\n";
+    }
+  };
+  options.callbacks({options.callbacks()[0], dropped});
   const bool per_rank = env_int("LT_PER_RANK") == 1;  // each rank its own data, as given
   options.use_distributed_sampler(!per_rank);
   lt::Trainer trainer(options);
-  const std::string record = dir + "/samples." + env_str("LT_PHASE") + "." + std::to_string(rank);
   try {
     trainer.fit(std::make_shared<RecordingNet>(record), loader, nullptr, env_str("LT_RESUME"));
   } catch (const lt::ValueError& e) {
@@ -151,6 +167,18 @@ std::map<int64_t, std::vector<int64_t>> trained_per_epoch(const std::filesystem:
   return out;
 }
 
+// The samples each epoch's finishing ranks dropped (drop_last), by epoch.
+std::map<int64_t, std::vector<int64_t>> dropped_per_epoch(const std::filesystem::path& dir) {
+  std::map<int64_t, std::vector<int64_t>> out;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().filename().string().rfind("dropped.", 0) != 0) continue;
+    std::ifstream in(entry.path());
+    int64_t epoch = 0, sample = 0;
+    while (in >> epoch >> sample) out[epoch].push_back(sample);
+  }
+  return out;
+}
+
 std::vector<int64_t> every_sample() {
   std::vector<int64_t> all(kSamples);
   for (int64_t i = 0; i < kSamples; ++i) all[static_cast<size_t>(i)] = i;
@@ -164,18 +192,22 @@ std::vector<int64_t> every_sample() {
 // (FULL_SHARD: its checkpoints resharded from 2 ranks to 1 and from 1 to 3;
 // with `sharded`, the 2 ranks' checkpoint a sharded one). With `bucket`,
 // length-bucketed batches (of 1-3 samples: the steps train other counts);
-// with `stream`, a stream of known length read by 2 loader workers a rank.
+// with `stream`, a stream of known length read by 2 loader workers a rank;
+// with `drop_last`, each epoch's trained samples and those its finishing
+// ranks dropped (their partial batches) are the 23, each once, the dropped
+// fewer than a batch a rank.
 void expect_every_sample_once(const std::string& strategy, bool sharded = false, bool bucket = false,
-                              bool stream = false) {
+                              bool stream = false, bool drop_last = false) {
   const auto dir = std::filesystem::temp_directory_path() /
                    ("lt_elastic_" + strategy + (sharded ? "_sharded" : "") + (bucket ? "_bucket" : "") +
-                    (stream ? "_stream" : "") + std::to_string(::getpid()));
+                    (stream ? "_stream" : "") + (drop_last ? "_drop_last" : "") + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string ckpts = (dir / "ckpts").string();
   const std::map<std::string, std::string> common{{"LT_DIR", dir.string()},
                                                   {"LT_SHARDED", sharded ? "1" : "0"},
                                                   {"LT_BUCKET", bucket ? "1" : "0"},
-                                                  {"LT_STREAM", stream ? "1" : "0"}};
+                                                  {"LT_STREAM", stream ? "1" : "0"},
+                                                  {"LT_DROP_LAST", drop_last ? "1" : "0"}};
   auto with = [&](std::map<std::string, std::string> env) {
     env.insert(common.begin(), common.end());
     return env;
@@ -189,8 +221,15 @@ void expect_every_sample_once(const std::string& strategy, bool sharded = false,
                       with({{"LT_PHASE", "3"}, {"LT_MAX_STEPS", "-1"}, {"LT_RESUME", ckpts + "/epoch=0-step=5.ckpt"},
                             {"LT_STRATEGY", strategy}}));
   auto trained = trained_per_epoch(dir);
+  const auto dropped = dropped_per_epoch(dir);
   ASSERT_EQ(trained.size(), 2u);
+  EXPECT_EQ(!dropped.empty(), drop_last) << "epoch 1's third rank drops its 7th sample with drop_last";
   for (auto& [epoch, samples] : trained) {
+    const auto of_epoch = dropped.find(epoch);
+    if (of_epoch != dropped.end()) {
+      EXPECT_LE(of_epoch->second.size(), 3u) << "epoch " << epoch << ": 3 ranks dropped more than a batch (2) less one each";
+      samples.insert(samples.end(), of_epoch->second.begin(), of_epoch->second.end());
+    }
     std::sort(samples.begin(), samples.end());
     EXPECT_EQ(samples, every_sample()) << strategy << ", epoch " << epoch;
   }
@@ -207,6 +246,9 @@ TEST(Elastic, AnFsdpEpochWithShardedCheckpointsResumedOnOneThenThreeRanksTrainsE
 TEST(Elastic, ALengthBucketedEpochResumedOnOneThenThreeRanksTrainsEverySampleOnce) {
   expect_every_sample_once("ddp", /*sharded=*/false, /*bucket=*/true);
 }
+TEST(Elastic, AnEpochWithDropLastResumedOnOneThenThreeRanksTrainsEveryKeptSampleOnce) {
+  expect_every_sample_once("ddp", /*sharded=*/false, /*bucket=*/false, /*stream=*/false, /*drop_last=*/true);
+}
 TEST(Elastic, AStreamedEpochResumedOnOneThenThreeRanksTrainsEverySampleOnce) {
   expect_every_sample_once("ddp", /*sharded=*/false, /*bucket=*/false, /*stream=*/true);
 }
@@ -218,14 +260,19 @@ TEST(Elastic, AStreamedEpochResumedOnOneThenThreeRanksTrainsEverySampleOnce) {
 // dealt: the same world size) to the end of 2 epochs: the samples of each
 // epoch that the checkpoints carried on (a killed run's steps after its last
 // checkpoint are lost with it) are the 23, each once. Map-style data
-// shuffled (seeds 1 and 2), and a stream read by 2 loader workers (seed 3).
+// shuffled under ddp (seed 1) and fsdp with sharded checkpoints (seed 2), a
+// stream read by 2 loader workers (seed 3), length-bucketed batches (seed 4).
 TEST(Elastic, KilledRunsResumedOnOtherWorldSizesTrainEverySampleOnce) {
-  for (const unsigned seed : {1u, 2u, 3u}) {
+  const std::map<unsigned, std::map<std::string, std::string>> data{
+      {1u, {}},
+      {2u, {{"LT_STRATEGY", "fsdp"}, {"LT_SHARDED", "1"}}},
+      {3u, {{"LT_STREAM", "1"}}},
+      {4u, {{"LT_BUCKET", "1"}}}};
+  for (const auto& [seed, env] : data) {
     std::mt19937 draw(seed);
     const int64_t first = 2 + static_cast<int64_t>(draw() % 2);           // step 2 or 3 of epoch 0's 6 on 2 ranks
     const int64_t second = first + 1 + static_cast<int64_t>(draw() % 2);  // 1-2 steps later, on 1 process
-    const int64_t third = second + 1;  // the second step on 3 ranks: epoch 0 has >= 11 samples left, 2 steps
-    const std::string stream = seed == 3 ? "1" : "0";
+    const int64_t third = second + 1;  // the second step on 3 ranks (batches of 2: epoch 0 has >= 11 samples left, 2 steps)
     const auto dir = std::filesystem::temp_directory_path() /
                      ("lt_elastic_kill_" + std::to_string(seed) + "_" + std::to_string(::getpid()));
     std::filesystem::create_directories(dir);
@@ -233,16 +280,20 @@ TEST(Elastic, KilledRunsResumedOnOtherWorldSizesTrainEverySampleOnce) {
     for (size_t p = 0; p < killed_phases.size(); ++p) {
       WorkerOptions killed;
       killed.timeout = std::chrono::seconds(60);
-      killed.env = {{"LT_DIR", dir.string()},   {"LT_PHASE", std::to_string(p + 1)},
-                    {"LT_MAX_STEPS", "-1"},      {"LT_KILL_AT", std::to_string(killed_phases[p].second)},
-                    {"LT_STREAM", stream},       {"LT_RESUME", p == 0 ? "" : "last"}};
+      killed.env = {{"LT_DIR", dir.string()},
+                    {"LT_PHASE", std::to_string(p + 1)},
+                    {"LT_MAX_STEPS", "-1"},
+                    {"LT_KILL_AT", std::to_string(killed_phases[p].second)},
+                    {"LT_RESUME", p == 0 ? "" : "last"}};
+      killed.env.insert(env.begin(), env.end());
       const WorkersResult run = run_workers("ElasticPhase", killed_phases[p].first, killed);
       ASSERT_FALSE(run.ok()) << "phase " << p + 1 << " was not killed at step " << killed_phases[p].second << ": "
                              << run.summary();
     }
-    expect_workers_pass("ElasticPhase", 3, std::chrono::seconds(60),
-                        {{"LT_DIR", dir.string()}, {"LT_PHASE", "4"}, {"LT_MAX_STEPS", "-1"}, {"LT_RESUME", "last"},
-                         {"LT_STREAM", stream}});
+    std::map<std::string, std::string> last{
+        {"LT_DIR", dir.string()}, {"LT_PHASE", "4"}, {"LT_MAX_STEPS", "-1"}, {"LT_RESUME", "last"}};
+    last.insert(env.begin(), env.end());
+    expect_workers_pass("ElasticPhase", 3, std::chrono::seconds(60), last);
     // Each killed phase's newest checkpoint was its step before the kill.
     auto trained = trained_per_epoch(dir, {{"1", first - 1}, {"2", second - 1}, {"3", third - 1}});
     ASSERT_EQ(trained.size(), 2u) << "seed " << seed;
