@@ -179,7 +179,8 @@ std::string deal_stream(DataLoader& loader, const StateDict& record, const std::
                         bool same_world) {
   const bool well_formed = record.contains("stream_layout") && record.at("stream_layout").isTensor() &&
                            record.at("stream_layout").toTensor().numel() == 2;
-  LT_CHECK_VALUE(well_formed, "checkpoint '", path, "': epoch_samples.stream_layout must be [num_replicas, num_workers]");
+  LT_CHECK_VALUE(well_formed, "checkpoint '", path,
+                 "': epoch_samples.stream_layout must be [num_replicas, num_workers]");
   const torch::Tensor layout = record.at("stream_layout").toTensor().to(torch::kLong).flatten();
   const int64_t replicas = layout[0].item<int64_t>(), workers = layout[1].item<int64_t>();
   LT_CHECK_VALUE(replicas > 0 && workers > 0, "checkpoint '", path, "': epoch_samples.stream_layout must be ",

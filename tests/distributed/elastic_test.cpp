@@ -227,7 +227,7 @@ void expect_every_sample_once(const std::string& strategy, bool sharded = false,
   for (auto& [epoch, samples] : trained) {
     const auto of_epoch = dropped.find(epoch);
     if (of_epoch != dropped.end()) {
-      EXPECT_LE(of_epoch->second.size(), 3u) << "epoch " << epoch << ": 3 ranks dropped more than a batch (2) less one each";
+      EXPECT_LE(of_epoch->second.size(), 3u) << "epoch " << epoch << ": 3 ranks dropped more than 1 sample each";
       samples.insert(samples.end(), of_epoch->second.begin(), of_epoch->second.end());
     }
     std::sort(samples.begin(), samples.end());
@@ -272,7 +272,8 @@ TEST(Elastic, KilledRunsResumedOnOtherWorldSizesTrainEverySampleOnce) {
     std::mt19937 draw(seed);
     const int64_t first = 2 + static_cast<int64_t>(draw() % 2);           // step 2 or 3 of epoch 0's 6 on 2 ranks
     const int64_t second = first + 1 + static_cast<int64_t>(draw() % 2);  // 1-2 steps later, on 1 process
-    const int64_t third = second + 1;  // the second step on 3 ranks (batches of 2: epoch 0 has >= 11 samples left, 2 steps)
+    // The second step on 3 ranks (with batches of 2, epoch 0 has >= 11 samples left there: 2 steps).
+    const int64_t third = second + 1;
     const auto dir = std::filesystem::temp_directory_path() /
                      ("lt_elastic_kill_" + std::to_string(seed) + "_" + std::to_string(::getpid()));
     std::filesystem::create_directories(dir);
