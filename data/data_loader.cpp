@@ -21,9 +21,6 @@ namespace lt {
 
 namespace {
 
-// Batches of `b` in `n` samples (no overflow for any b: n + b - 1 would).
-int64_t batch_count(int64_t n, int64_t b, bool drop_last) { return n / b + (!drop_last && n % b != 0 ? 1 : 0); }
-
 Batch pinned(const Batch& batch) {
   return batch.map([](const torch::Tensor& t) { return t.pin_memory(); });
 }
@@ -355,6 +352,9 @@ void DataLoader::StreamReader::run(Worker& worker) {
     if (last) return;
   }
 }
+
+// No overflow for any b (n + b - 1 would).
+int64_t batch_count(int64_t n, int64_t b, bool drop_last) { return n / b + (!drop_last && n % b != 0 ? 1 : 0); }
 
 DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, DataLoaderOptions options)
     : dataset_(std::move(dataset)), options_(options) {

@@ -58,6 +58,9 @@ struct DataLoaderOptions {
   TORCH_ARG(CollateFn, collate) = nullptr;
 };
 
+// Batches of `batch_size` in `n` samples (the last one partial unless drop_last).
+int64_t batch_count(int64_t n, int64_t batch_size, bool drop_last);
+
 class DataLoader {
  public:
   DataLoader(std::shared_ptr<Dataset> dataset, DataLoaderOptions options);

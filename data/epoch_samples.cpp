@@ -70,9 +70,6 @@ std::vector<int64_t> epoch_order(const DataLoader& loader, int64_t n, int64_t ep
 
 using Piece = StreamRemainder::Piece;
 
-// Batches of `b` in `n` examples.
-int64_t batch_count(int64_t n, int64_t b, bool drop_last) { return n / b + (!drop_last && n % b != 0 ? 1 : 0); }
-
 torch::Tensor pieces_tensor(const std::vector<Piece>& pieces) {
   torch::Tensor out = torch::empty({static_cast<int64_t>(pieces.size()), 3}, torch::kLong);
   auto rows = out.accessor<int64_t, 2>();
@@ -90,7 +87,7 @@ torch::Tensor pieces_tensor(const std::vector<Piece>& pieces) {
 // counts whole: with drop_last its tail is dropped, not left).
 std::vector<int64_t> examples_taken(const std::vector<int64_t>& lengths, int64_t b, bool drop_last, int64_t batches) {
   const size_t k = lengths.size();
-  std::vector<int64_t> count(k, 0), taken(k, 0);
+  std::vector<int64_t> taken(k, 0);
   std::vector<size_t> live;
   for (size_t w = 0; w < k; ++w) {
     if (batch_count(lengths[w], b, drop_last) > 0) live.push_back(w);
@@ -106,9 +103,9 @@ std::vector<int64_t> examples_taken(const std::vector<int64_t>& lengths, int64_t
     if (cursor >= live.size()) cursor = 0;
   }
   for (size_t w = 0; w < k; ++w) {
-    count[w] = taken[w] == batch_count(lengths[w], b, drop_last) ? lengths[w] : taken[w] * b;
+    taken[w] = taken[w] == batch_count(lengths[w], b, drop_last) ? lengths[w] : taken[w] * b;
   }
-  return count;
+  return taken;
 }
 
 // A stream's record: the epoch's streams' layout (num_replicas, num_workers)
@@ -158,18 +155,16 @@ StateDict stream_state(const DataLoader& loader, const RunState& state, Strategy
   return out;
 }
 
-
 // Reads a [pieces, 3] int64 tensor of `record`'s `key`.
 std::vector<Piece> pieces_of(const StateDict& record, const char* key, const std::string& path) {
   const bool well_formed = record.contains(key) && record.at(key).isTensor() &&
                            record.at(key).toTensor().dim() == 2 && record.at(key).toTensor().size(1) == 3;
   LT_CHECK_VALUE(well_formed, "checkpoint '", path, "': epoch_samples.", key,
                  " must be a tensor of pieces, one [stream, begin, end] a row");
-  const torch::Tensor rows = record.at(key).toTensor().to(torch::kLong).contiguous();
+  const torch::Tensor tensor = record.at(key).toTensor().to(torch::kLong).contiguous();
+  const auto rows = tensor.accessor<int64_t, 2>();
   std::vector<Piece> pieces;
-  for (int64_t i = 0; i < rows.size(0); ++i) {
-    pieces.push_back({rows[i][0].item<int64_t>(), rows[i][1].item<int64_t>(), rows[i][2].item<int64_t>()});
-  }
+  for (int64_t i = 0; i < rows.size(0); ++i) pieces.push_back({rows[i][0], rows[i][1], rows[i][2]});
   return pieces;
 }
 
