@@ -110,7 +110,8 @@ LT_TEST_WORKER(ElasticPhase) {
             env_str("LT_SHARDED") == "1" ? lt::StateDictType::kSharded : lt::StateDictType::kFull)));
   } else if (world > 1) {
     options.strategy(std::make_shared<lt::DDPStrategy>(
-        lt::DDPStrategyOptions().process_group_timeout(std::chrono::seconds(30))));
+        lt::DDPStrategyOptions().process_group_timeout(std::chrono::seconds(30)).uneven_inputs(
+            env_int("LT_PAD", 0) == 1 ? lt::UnevenInputs::kPad : lt::UnevenInputs::kJoin)));
   }
   const std::string record = dir + "/samples." + env_str("LT_PHASE") + "." + std::to_string(rank);
   // With drop_last: at a rank's last batch of an epoch, the samples of its
@@ -195,19 +196,22 @@ std::vector<int64_t> every_sample() {
 // with `stream`, a stream of known length read by 2 loader workers a rank;
 // with `drop_last`, each epoch's trained samples and those its finishing
 // ranks dropped (their partial batches) are the 23, each once, the dropped
-// fewer than a batch a rank.
+// fewer than a batch a rank; with `pad` (uneven_inputs: pad), each epoch's
+// samples are the 23, each once, but for the few its shards repeated.
 void expect_every_sample_once(const std::string& strategy, bool sharded = false, bool bucket = false,
-                              bool stream = false, bool drop_last = false) {
+                              bool stream = false, bool drop_last = false, bool pad = false) {
   const auto dir = std::filesystem::temp_directory_path() /
                    ("lt_elastic_" + strategy + (sharded ? "_sharded" : "") + (bucket ? "_bucket" : "") +
-                    (stream ? "_stream" : "") + (drop_last ? "_drop_last" : "") + std::to_string(::getpid()));
+                    (stream ? "_stream" : "") + (drop_last ? "_drop_last" : "") + (pad ? "_pad" : "") +
+                    std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string ckpts = (dir / "ckpts").string();
   const std::map<std::string, std::string> common{{"LT_DIR", dir.string()},
                                                   {"LT_SHARDED", sharded ? "1" : "0"},
                                                   {"LT_BUCKET", bucket ? "1" : "0"},
                                                   {"LT_STREAM", stream ? "1" : "0"},
-                                                  {"LT_DROP_LAST", drop_last ? "1" : "0"}};
+                                                  {"LT_DROP_LAST", drop_last ? "1" : "0"},
+                                                  {"LT_PAD", pad ? "1" : "0"}};
   auto with = [&](std::map<std::string, std::string> env) {
     env.insert(common.begin(), common.end());
     return env;
@@ -231,6 +235,11 @@ void expect_every_sample_once(const std::string& strategy, bool sharded = false,
       samples.insert(samples.end(), of_epoch->second.begin(), of_epoch->second.end());
     }
     std::sort(samples.begin(), samples.end());
+    if (pad) {  // shards padded to the longest by repeating their first samples: 2 ranks 1, 3 ranks up to 2
+      const size_t trained_count = samples.size();
+      samples.erase(std::unique(samples.begin(), samples.end()), samples.end());
+      EXPECT_LE(trained_count - samples.size(), 3u) << "epoch " << epoch << ": more repeats than the padding's";
+    }
     EXPECT_EQ(samples, every_sample()) << strategy << ", epoch " << epoch;
   }
   std::filesystem::remove_all(dir);
@@ -248,6 +257,10 @@ TEST(Elastic, ALengthBucketedEpochResumedOnOneThenThreeRanksTrainsEverySampleOnc
 }
 TEST(Elastic, AnEpochWithDropLastResumedOnOneThenThreeRanksTrainsEveryKeptSampleOnce) {
   expect_every_sample_once("ddp", /*sharded=*/false, /*bucket=*/false, /*stream=*/false, /*drop_last=*/true);
+}
+TEST(Elastic, APaddedEpochResumedOnOneThenThreeRanksTrainsEverySampleOnceButThePadding) {
+  expect_every_sample_once("ddp", /*sharded=*/false, /*bucket=*/false, /*stream=*/false, /*drop_last=*/false,
+                           /*pad=*/true);
 }
 TEST(Elastic, AStreamedEpochResumedOnOneThenThreeRanksTrainsEverySampleOnce) {
   expect_every_sample_once("ddp", /*sharded=*/false, /*bucket=*/false, /*stream=*/true);
