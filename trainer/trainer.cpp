@@ -337,7 +337,8 @@ void Trainer::fit_stage(const std::shared_ptr<LightningModule>& module, const st
   // Workers torchrun restarted (after a failure, --max_restarts, or when the
   // group's members changed) resume from the newest checkpoint: every rank
   // where any was restarted (a node that joined starts its workers anew).
-  const bool restarted = ckpt_path.empty() && strategy_->reduce_boolean_decision(torchrun_restarted(), /*all=*/false);
+  const bool restarted = ckpt_path.empty() && TorchrunEnvironment::by_torchrun() &&
+                         strategy_->reduce_boolean_decision(torchrun_restarted(), /*all=*/false);
   struct ForgetLoader {
     std::shared_ptr<DataLoader>& loader;
     ~ForgetLoader() { loader = nullptr; }

@@ -9,8 +9,10 @@ namespace lt {
 
 bool TorchrunEnvironment::detect() { return env::get("RANK").has_value() && env::get("WORLD_SIZE").has_value(); }
 
+bool TorchrunEnvironment::by_torchrun() { return env::get("TORCHELASTIC_RUN_ID").has_value(); }
+
 TorchrunEnvironment::TorchrunEnvironment() {
-  const bool elastic = env::get("TORCHELASTIC_RUN_ID").has_value();
+  const bool elastic = by_torchrun();
   name_ = elastic ? "torchrun" : "env";
   const char* where = elastic ? "torchrun" : "environment (RANK/WORLD_SIZE set)";
   ranks_.global_rank = env::require_int("RANK", where);
@@ -46,7 +48,7 @@ bool torchrun_restarted() {
     // <agent's log folder>/attempt_<restart count>/<local rank>/error.json
     const std::optional<std::string> error_file = env::get("TORCHELASTIC_ERROR_FILE");
     const size_t at = error_file ? error_file->rfind("/attempt_") : std::string::npos;
-    if (!env::get("TORCHELASTIC_RUN_ID") || at == std::string::npos) return false;
+    if (!TorchrunEnvironment::by_torchrun() || at == std::string::npos) return false;
     const std::filesystem::path mark = std::filesystem::path(error_file->substr(0, at)) /
                                        c10::str("lightning_cpp.started.", env::get_int("LOCAL_RANK").value_or(0));
     std::error_code ec;

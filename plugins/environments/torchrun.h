@@ -16,6 +16,8 @@ class TorchrunEnvironment : public ClusterEnvironment {
  public:
   // RANK and WORLD_SIZE are set.
   static bool detect();
+  // Started by torchrun itself (TORCHELASTIC_RUN_ID is set): every rank of a job or none.
+  static bool by_torchrun();
 
   TorchrunEnvironment();
   // "torchrun" when TORCHELASTIC_RUN_ID is set, "env" otherwise.
@@ -32,8 +34,8 @@ class TorchrunEnvironment : public ClusterEnvironment {
 // workers then without counting a restart). So that the second is seen too,
 // each worker's first start leaves a mark in its agent's log folder (which
 // torchrun makes anew for each agent; TORCHELASTIC_ERROR_FILE is in it):
-// lightning_cpp.started.<LOCAL_RANK>. False outside torchrun. The same answer
-// for every call in a process.
+// lightning_cpp.started.<LOCAL_RANK>. False where not by_torchrun(). The
+// same answer for every call in a process.
 bool torchrun_restarted();
 
 }  // namespace lt
