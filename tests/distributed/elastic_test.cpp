@@ -189,41 +189,32 @@ std::vector<int64_t> every_sample() {
 // 2 ranks train 2 steps of epoch 0 (8 of 23 samples), 1 process resumes from
 // that checkpoint for 3 steps (6 more), 3 ranks resume from its checkpoint
 // and train the rest of epoch 0 (9 samples: 3 per rank) and epoch 1. Each
-// epoch's trained samples are the 23, each once. Under ddp, and under fsdp
-// (FULL_SHARD: its checkpoints resharded from 2 ranks to 1 and from 1 to 3;
-// with `sharded`, the 2 ranks' checkpoint a sharded one). With `bucket`,
-// length-bucketed batches (of 1-3 samples: the steps train other counts);
-// with `stream`, a stream of known length read by 2 loader workers a rank;
-// with `drop_last`, each epoch's trained samples and those its finishing
-// ranks dropped (their partial batches) are the 23, each once, the dropped
-// fewer than a batch a rank; with `pad` (uneven_inputs: pad), each epoch's
-// samples are the 23, each once, but for the few its shards repeated.
-void expect_every_sample_once(const std::string& strategy, bool sharded = false, bool bucket = false,
-                              bool stream = false, bool drop_last = false, bool pad = false) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("lt_elastic_" + strategy + (sharded ? "_sharded" : "") + (bucket ? "_bucket" : "") +
-                    (stream ? "_stream" : "") + (drop_last ? "_drop_last" : "") + (pad ? "_pad" : "") +
-                    std::to_string(::getpid()));
+// epoch's trained samples are the 23, each once. `variant` sets ElasticPhase's
+// data and strategy: ddp by default; LT_STRATEGY fsdp (FULL_SHARD: its
+// checkpoints resharded from 2 ranks to 1 and from 1 to 3; with LT_SHARDED,
+// the 2 ranks' checkpoint a sharded one); LT_BUCKET, length-bucketed batches
+// (of 1-3 samples: the steps train other counts); LT_STREAM, a stream of known
+// length read by 2 loader workers a rank; LT_DROP_LAST, each epoch's trained
+// samples and those its finishing ranks dropped (their partial batches) are
+// the 23, each once, the dropped fewer than a batch a rank; LT_PAD
+// (uneven_inputs: pad), the 23 each once but for the few the shards repeat.
+void expect_every_sample_once(const std::string& name, const std::map<std::string, std::string>& variant = {}) {
+  const auto dir = std::filesystem::temp_directory_path() / ("lt_elastic_" + name + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string ckpts = (dir / "ckpts").string();
-  const std::map<std::string, std::string> common{{"LT_DIR", dir.string()},
-                                                  {"LT_SHARDED", sharded ? "1" : "0"},
-                                                  {"LT_BUCKET", bucket ? "1" : "0"},
-                                                  {"LT_STREAM", stream ? "1" : "0"},
-                                                  {"LT_DROP_LAST", drop_last ? "1" : "0"},
-                                                  {"LT_PAD", pad ? "1" : "0"}};
   auto with = [&](std::map<std::string, std::string> env) {
-    env.insert(common.begin(), common.end());
+    env.insert(variant.begin(), variant.end());
+    env["LT_DIR"] = dir.string();
     return env;
   };
-  expect_workers_pass("ElasticPhase", 2, std::chrono::seconds(60),
-                      with({{"LT_PHASE", "1"}, {"LT_MAX_STEPS", "2"}, {"LT_STRATEGY", strategy}}));
-  if (sharded) ASSERT_TRUE(lt::is_sharded_checkpoint(ckpts + "/epoch=0-step=2.ckpt"));
+  auto set = [&](const char* key) { return variant.count(key) != 0 && variant.at(key) == "1"; };
+  const bool drop_last = set("LT_DROP_LAST"), pad = set("LT_PAD");
+  expect_workers_pass("ElasticPhase", 2, std::chrono::seconds(60), with({{"LT_PHASE", "1"}, {"LT_MAX_STEPS", "2"}}));
+  if (set("LT_SHARDED")) ASSERT_TRUE(lt::is_sharded_checkpoint(ckpts + "/epoch=0-step=2.ckpt"));
   expect_workers_pass("ElasticPhase", 1, std::chrono::seconds(60),
                       with({{"LT_PHASE", "2"}, {"LT_MAX_STEPS", "5"}, {"LT_RESUME", ckpts + "/epoch=0-step=2.ckpt"}}));
   expect_workers_pass("ElasticPhase", 3, std::chrono::seconds(60),
-                      with({{"LT_PHASE", "3"}, {"LT_MAX_STEPS", "-1"}, {"LT_RESUME", ckpts + "/epoch=0-step=5.ckpt"},
-                            {"LT_STRATEGY", strategy}}));
+                      with({{"LT_PHASE", "3"}, {"LT_MAX_STEPS", "-1"}, {"LT_RESUME", ckpts + "/epoch=0-step=5.ckpt"}}));
   auto trained = trained_per_epoch(dir);
   const auto dropped = dropped_per_epoch(dir);
   ASSERT_EQ(trained.size(), 2u);
@@ -240,7 +231,7 @@ void expect_every_sample_once(const std::string& strategy, bool sharded = false,
       samples.erase(std::unique(samples.begin(), samples.end()), samples.end());
       EXPECT_LE(trained_count - samples.size(), 3u) << "epoch " << epoch << ": more repeats than the padding's";
     }
-    EXPECT_EQ(samples, every_sample()) << strategy << ", epoch " << epoch;
+    EXPECT_EQ(samples, every_sample()) << name << ", epoch " << epoch;
   }
   std::filesystem::remove_all(dir);
 }
@@ -248,22 +239,23 @@ void expect_every_sample_once(const std::string& strategy, bool sharded = false,
 }  // namespace
 
 TEST(Elastic, AnEpochResumedOnOneThenThreeRanksTrainsEverySampleOnce) { expect_every_sample_once("ddp"); }
-TEST(Elastic, AnFsdpEpochResumedOnOneThenThreeRanksTrainsEverySampleOnce) { expect_every_sample_once("fsdp"); }
+TEST(Elastic, AnFsdpEpochResumedOnOneThenThreeRanksTrainsEverySampleOnce) {
+  expect_every_sample_once("fsdp", {{"LT_STRATEGY", "fsdp"}});
+}
 TEST(Elastic, AnFsdpEpochWithShardedCheckpointsResumedOnOneThenThreeRanksTrainsEverySampleOnce) {
-  expect_every_sample_once("fsdp", /*sharded=*/true);
+  expect_every_sample_once("fsdp_sharded", {{"LT_STRATEGY", "fsdp"}, {"LT_SHARDED", "1"}});
 }
 TEST(Elastic, ALengthBucketedEpochResumedOnOneThenThreeRanksTrainsEverySampleOnce) {
-  expect_every_sample_once("ddp", /*sharded=*/false, /*bucket=*/true);
+  expect_every_sample_once("bucket", {{"LT_BUCKET", "1"}});
 }
 TEST(Elastic, AnEpochWithDropLastResumedOnOneThenThreeRanksTrainsEveryKeptSampleOnce) {
-  expect_every_sample_once("ddp", /*sharded=*/false, /*bucket=*/false, /*stream=*/false, /*drop_last=*/true);
+  expect_every_sample_once("drop_last", {{"LT_DROP_LAST", "1"}});
 }
 TEST(Elastic, APaddedEpochResumedOnOneThenThreeRanksTrainsEverySampleOnceButThePadding) {
-  expect_every_sample_once("ddp", /*sharded=*/false, /*bucket=*/false, /*stream=*/false, /*drop_last=*/false,
-                           /*pad=*/true);
+  expect_every_sample_once("pad", {{"LT_PAD", "1"}});
 }
 TEST(Elastic, AStreamedEpochResumedOnOneThenThreeRanksTrainsEverySampleOnce) {
-  expect_every_sample_once("ddp", /*sharded=*/false, /*bucket=*/false, /*stream=*/true);
+  expect_every_sample_once("stream", {{"LT_STREAM", "1"}});
 }
 
 // Killed (SIGKILL on rank 0, in a step drawn from a seeded generator) on 2
