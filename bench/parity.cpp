@@ -124,8 +124,8 @@ double with_trainer(const std::shared_ptr<lt::TensorDataset>& ds, int64_t batch_
 }
 
 // The Trainer's fit (as with_trainer's) and the hand-written loop (`fused`:
-// stepping as the Trainer does), interleaved: after every `chunk` of the Trainer's steps, a
-// callback runs `chunk` steps of the loop. So both run in the same process
+// stepping as the Trainer does), interleaved: after every `chunk` of the
+// Trainer's steps, a callback runs `chunk` steps of the loop. So both run in the same process
 // state, side by side, and what drifts over a round (the clock, the other
 // tenants of a shared machine) falls on both alike. Seconds in each, from
 // the Trainer's train start to its end (its loop, not its set-up).
@@ -148,9 +148,11 @@ std::pair<double, double> interleaved(const std::shared_ptr<lt::TensorDataset>& 
     in_loop += seconds_since(t0);
     mark = std::chrono::steady_clock::now();
   };
-  alternate->on_train_end_fn = [&](lt::Trainer&, lt::LightningModule&) {
+  alternate->on_train_end_fn = [&](lt::Trainer&, lt::LightningModule&) {  // the steps since the last switch
     in_trainer += seconds_since(mark);
+    const auto t0 = std::chrono::steady_clock::now();
     loop.run(step % chunk);
+    in_loop += seconds_since(t0);
   };
   lt::Trainer trainer(lt::TrainerOptions()
                           .max_steps(steps)

@@ -466,12 +466,6 @@ class TwoHosts {
     b_ = "lt_b" + id;
     const std::string net = "10.77." + std::to_string(::getpid() % 250) + ".";
     address_a_ = net + "1";
-    for (const std::string& host : {a_, b_}) {
-      std::filesystem::create_directories("/etc/netns/" + host);
-      std::ofstream("/etc/netns/" + host + "/hosts") << "127.0.0.1 localhost\n"
-                                                     << net << "1 " << name(0) << "\n"
-                                                     << net << "2 " << name(1) << "\n";
-    }
     for (const std::string& command :
          {"ip netns add " + a_, "ip netns add " + b_, "ip link add lt_va" + id + " type veth peer name lt_vb" + id,
           "ip link set lt_va" + id + " netns " + a_, "ip link set lt_vb" + id + " netns " + b_,
@@ -483,6 +477,13 @@ class TwoHosts {
         error = "'" + command + "' failed (needs root and iproute2)";
         return;
       }
+    }
+    for (const std::string& host : {a_, b_}) {
+      std::error_code ec;
+      std::filesystem::create_directories("/etc/netns/" + host, ec);
+      std::ofstream hosts("/etc/netns/" + host + "/hosts");
+      hosts << "127.0.0.1 localhost\n" << net << "1 " << name(0) << "\n" << net << "2 " << name(1) << "\n";
+      if (ec || !hosts) error = "cannot write /etc/netns/" + host + "/hosts";
     }
   }
   ~TwoHosts() {
