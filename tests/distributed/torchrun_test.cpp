@@ -24,6 +24,7 @@
 #include <lightning_cpp/callbacks/model_checkpoint.h>
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/rank_zero.h>
+#include <lightning_cpp/core/signals.h>
 #include <lightning_cpp/plugins/launchers/error_file.h>
 #include <lightning_cpp/plugins/launchers/subprocess_script.h>
 #include <lightning_cpp/plugins/strategies/ddp/ddp.h>
@@ -199,8 +200,11 @@ LT_TEST_WORKER(TorchrunElastic) {
         ::kill(::getppid(), SIGKILL);  // the node's agent
         ::raise(SIGKILL);
       }
-      // Alone, slowly, so that the other node joins within the first epoch.
-      if (env_str("LT_SLOW_ALONE") == "1" && env_str("WORLD_SIZE") == "1") ::usleep(400000);
+      // Alone in step 3 (after the checkpoint of step 2, which starts the other node): waits for the
+      // restart torchrun makes when that node joins (its SIGTERM), 60 s at most.
+      if (env_str("LT_WAIT_ALONE") == "1" && env_str("WORLD_SIZE") == "1" && global_step() + 1 == 3) {
+        for (int i = 0; i < 1200 && lt::interrupt_signal() == 0; ++i) ::usleep(50000);
+      }
       return torch::mse_loss(fc(batch.data / 23), batch.target);
     }
     lt::OptimizerConfig configure_optimizers() override {
@@ -612,10 +616,11 @@ TEST_F(Torchrun, AGroupThatLosesANodeGoesOnWithTheOtherEverySampleOnce) {
   std::filesystem::remove_all(dir);
 }
 
-// torchrun elastic on two hosts: host a trains alone (--nnodes 1:2), slowly;
-// after its checkpoint of step 2, host b's agent joins: torchrun restarts
-// host a's worker (a membership change, not counted as a restart) and starts
-// host b's, and the two resume from the newest checkpoint by themselves
+// torchrun elastic on two hosts: host a trains alone (--nnodes 1:2); after
+// its checkpoint of step 2, host b's agent joins (host a's worker waits in
+// step 3 for it): torchrun restarts host a's worker (a membership change,
+// not counted as a restart) and starts host b's, and the two resume from
+// the newest checkpoint by themselves
 // (torchrun_restarted: host a's agent had started a worker before), dealing
 // out the rest of the epoch to 2 ranks. Each epoch's samples that the
 // checkpoints carried on are the 23, once.
@@ -626,7 +631,7 @@ TEST_F(Torchrun, AGroupThatANodeJoinsGoesOnWithBothEverySampleOnce) {
   std::vector<lt::WorkerSpec> nodes(2);
   for (int host = 0; host < 2; ++host) {
     nodes[host].argv = elastic_node(hosts, host, 29525, dir);
-    nodes[host].env = {{"LT_TEST_WORKER", "TorchrunElastic"}, {"LT_OUT", dir}, {"LT_SLOW_ALONE", "1"}};
+    nodes[host].env = {{"LT_TEST_WORKER", "TorchrunElastic"}, {"LT_OUT", dir}, {"LT_WAIT_ALONE", "1"}};
     nodes[host].output_path = dir + "/launcher" + std::to_string(host) + ".log";
   }
   // Host b starts once host a has a checkpoint.
