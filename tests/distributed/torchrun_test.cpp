@@ -34,6 +34,7 @@
 
 #include "support/multiprocess.h"
 
+using lt::testing::env_int;
 using lt::testing::env_str;
 using lt::testing::read_file;
 
@@ -200,9 +201,10 @@ LT_TEST_WORKER(TorchrunElastic) {
         ::kill(::getppid(), SIGKILL);  // the node's agent
         ::raise(SIGKILL);
       }
-      // Alone in step 3 (after the checkpoint of step 2, which starts the other node): waits for the
-      // restart torchrun makes when that node joins (its SIGTERM), 60 s at most.
-      if (env_str("LT_WAIT_ALONE") == "1" && env_str("WORLD_SIZE") == "1" && global_step() + 1 == 3) {
+      // Alone in the first attempt, in step LT_WAIT_ALONE: waits for the restart torchrun makes when
+      // the other node joins (its SIGTERM), 60 s at most.
+      if (env_str("WORLD_SIZE") == "1" && env_str("TORCHELASTIC_RESTART_COUNT") == "0" &&
+          global_step() + 1 == env_int("LT_WAIT_ALONE", -1)) {
         for (int i = 0; i < 1200 && lt::interrupt_signal() == 0; ++i) ::usleep(50000);
       }
       return torch::mse_loss(fc(batch.data / 23), batch.target);
@@ -557,13 +559,15 @@ std::map<int64_t, std::vector<int64_t>> trained_by_rounds(const std::string& dir
     Line line{};
     while (in >> line.epoch >> line.step >> line.sample) rounds[name.substr(0, name.rfind('.'))].push_back(line);
   }
+  // By first step; rounds that start at the same step in name order (RESTART.WORLD: a node alone, then
+  // the group it joined, which started anew).
   std::vector<std::pair<int64_t, const std::vector<Line>*>> by_start;  // (first step, lines)
   for (const auto& [round, lines] : rounds) {
     int64_t first = INT64_MAX;
     for (const Line& line : lines) first = std::min(first, line.step);
     by_start.emplace_back(first, &lines);
   }
-  std::sort(by_start.begin(), by_start.end());
+  std::stable_sort(by_start.begin(), by_start.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   std::map<int64_t, std::vector<int64_t>> out;
   for (size_t r = 0; r < by_start.size(); ++r) {
     const int64_t last = r + 1 < by_start.size() ? by_start[r + 1].first - 1 : INT64_MAX;
@@ -606,7 +610,8 @@ TEST_F(Torchrun, AGroupThatLosesANodeGoesOnWithTheOtherEverySampleOnce) {
   ASSERT_EQ(std::system((doomed + " > " + dir + "/launcher1.log 2>&1 &").c_str()), 0);
   lt::WorkerSpec host;
   host.argv = elastic_node(hosts, 0, 29523, dir);
-  host.env = {{"LT_TEST_WORKER", "TorchrunElastic"}, {"LT_OUT", dir}};
+  // Should host b register after torchrun's last call, host a waits alone in step 1 for it.
+  host.env = {{"LT_TEST_WORKER", "TorchrunElastic"}, {"LT_OUT", dir}, {"LT_WAIT_ALONE", "1"}};
   host.output_path = dir + "/launcher0.log";
   const auto exits = lt::launch_and_wait({host}, lt::LaunchOptions{std::chrono::seconds(120)});
   const std::string logs = read_file(host.output_path) + "\nhost b:\n" + read_file(dir + "/launcher1.log");
@@ -631,7 +636,7 @@ TEST_F(Torchrun, AGroupThatANodeJoinsGoesOnWithBothEverySampleOnce) {
   std::vector<lt::WorkerSpec> nodes(2);
   for (int host = 0; host < 2; ++host) {
     nodes[host].argv = elastic_node(hosts, host, 29525, dir);
-    nodes[host].env = {{"LT_TEST_WORKER", "TorchrunElastic"}, {"LT_OUT", dir}, {"LT_WAIT_ALONE", "1"}};
+    nodes[host].env = {{"LT_TEST_WORKER", "TorchrunElastic"}, {"LT_OUT", dir}, {"LT_WAIT_ALONE", "3"}};
     nodes[host].output_path = dir + "/launcher" + std::to_string(host) + ".log";
   }
   // Host b starts once host a has a checkpoint.
