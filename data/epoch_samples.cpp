@@ -130,9 +130,15 @@ StateDict stream_state(const DataLoader& loader, const RunState& state, Strategy
       }
     }
   }
-  // This rank's streams' examples taken, every rank's summed.
+  // This rank's streams' examples taken (their lengths: what the pieces they read hold), every rank's summed.
   std::vector<int64_t> lengths;
-  for (int64_t w = 0; w < workers; ++w) lengths.push_back(*loader.stream_length(w));
+  for (int64_t w = 0; w < workers; ++w) {
+    int64_t length = 0;
+    for (const Piece& piece : reads[static_cast<size_t>(strategy.global_rank() * workers + w)]) {
+      length += piece.end - piece.begin;
+    }
+    lengths.push_back(length);
+  }
   const std::vector<int64_t> mine = examples_taken(lengths, loader.options().batch_size(), loader.options().drop_last(),
                                                    std::min(state.epoch_iteration, state.num_training_batches));
   torch::Tensor taken = torch::zeros({world * workers}, torch::kLong);
@@ -204,10 +210,11 @@ std::string deal_samples(DataLoader& loader, const StateDict& record, const std:
   LT_CHECK_VALUE(record.at("dataset_size").toInt() == n, "checkpoint '", path, "' was written mid-epoch over ",
                  record.at("dataset_size").toInt(), " training samples and this run's training data has ", n,
                  "; resume with the same data");
-  const torch::Tensor trained = record.at(key).toTensor().to(torch::kUInt8).contiguous();
-  LT_CHECK_VALUE(trained.numel() == n, "checkpoint '", path, "': epoch_samples.", key, " has ", trained.numel(),
+  // The samples trained before the epoch's rest is dealt from here.
+  const torch::Tensor before = record.at(key).toTensor().to(torch::kUInt8).contiguous();
+  LT_CHECK_VALUE(before.numel() == n, "checkpoint '", path, "': epoch_samples.", key, " has ", before.numel(),
                  " entries for ", n, " samples");
-  const uint8_t* mark = trained.data_ptr<uint8_t>();
+  const uint8_t* mark = before.data_ptr<uint8_t>();
   const auto bucket = bucketed(loader);
   std::vector<int64_t> remaining;
   for (int64_t i : bucket ? bucket->order(state.current_epoch) : epoch_order(loader, n, state.current_epoch)) {
