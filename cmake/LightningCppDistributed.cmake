@@ -24,13 +24,17 @@ endif()
 # NCCL: only when LibTorch was built with CUDA and the NCCL headers are here.
 # Without it, asking for the nccl backend is an lt::Error at run time.
 set(LT_WITH_NCCL OFF)
-if(TARGET torch_cuda OR TORCH_CUDA_LIBRARIES)
-  find_path(LT_NCCL_INCLUDE_DIR nccl.h HINTS ENV NCCL_ROOT PATH_SUFFIXES include)
+# The headers must be those of the libnccl LibTorch loads: another nccl.h
+# changes the layout of ProcessGroupNCCL::Options. A wheel's torch loads the
+# nvidia-nccl package beside it, so its headers are looked for first.
+if(LT_TORCH_CUDA)
+  find_path(LT_NCCL_INCLUDE_DIR nccl.h HINTS "${LT_TORCH_PREFIX}/../nvidia/nccl/include" ENV NCCL_ROOT
+            PATH_SUFFIXES include)
   if(LT_NCCL_INCLUDE_DIR)
     set(LT_WITH_NCCL ON)
   endif()
 endif()
-message(STATUS "lightning-cpp: NCCL backend ${LT_WITH_NCCL}")
+message(STATUS "lightning-cpp: NCCL backend ${LT_WITH_NCCL} ${LT_NCCL_INCLUDE_DIR}")
 if(LT_WITH_NCCL)
   # Only the strategy's sources see it, so the shared torch PCH stays valid.
   set_source_files_properties(${PROJECT_SOURCE_DIR}/plugins/distributed/process_group.cpp

@@ -230,9 +230,10 @@ class StoredZipWriter {
   }
 
   // A local header with its name, zip64 field and "FB" extra field, ending
-  // where the data is 64-byte aligned (caffe2::serialize::detail::getPadding).
+  // where the data is 64-byte aligned (caffe2::serialize::detail::getPadding;
+  // 64 is 1.13's kFieldAlignment and 2.x's default alignment alike).
   static uint64_t header_size(uint64_t cursor, size_t name_size, size_t zip64_size) {
-    constexpr uint64_t kAlignment = caffe2::serialize::detail::kFieldAlignment;
+    constexpr uint64_t kAlignment = 64;
     const uint64_t start = cursor + kLocalHeaderSize + name_size + zip64_size + 4;
     return start - cursor + (kAlignment - start % kAlignment) % kAlignment;
   }
@@ -306,6 +307,29 @@ namespace {
 constexpr const char* kMetaFile = "meta.pt";
 constexpr const char* kShardedRecord = "sharded.pkl";
 
+// `value` with each list of ints, floats, bools or tensors made a generic
+// list (the pickler writes those as plain pickle lists; the typed ones as a
+// torch.jit._pickle.build_*list call); tensors are shared, not copied.
+c10::IValue plain_lists(const c10::IValue& value) {
+  if (value.isList()) {
+    c10::impl::GenericList out(c10::AnyType::get());
+    for (const c10::IValue& item : value.toListRef()) out.push_back(plain_lists(item));
+    return out;
+  }
+  if (value.isGenericDict()) {
+    const auto dict = value.toGenericDict();
+    c10::impl::GenericDict out(dict.keyType(), c10::AnyType::get());
+    for (const auto& entry : dict) out.insert(entry.key(), plain_lists(entry.value()));
+    return out;
+  }
+  if (value.isTuple()) {
+    std::vector<c10::IValue> items;
+    for (const c10::IValue& item : value.toTupleRef().elements()) items.push_back(plain_lists(item));
+    return c10::ivalue::Tuple::create(std::move(items));
+  }
+  return value;
+}
+
 // write_pickle_archive's work. With `sharded` (a sharded checkpoint's
 // meta.pt): the placeholders' records are left out, and a record
 // kShardedRecord is added: {"files": [str], "places": {key: (part, offset, numel)}}.
@@ -321,10 +345,14 @@ void write_archive(const c10::IValue& value, const std::function<void(const void
   // whole in memory. What torch::pickle_save writes, byte for byte
   // (torch::jit::writeArchiveAndTensors: the storages, the pickle, then the
   // writer's version record), a placeholder's record once `deferred` gives its value.
+  // Untagged, with plain lists: what Python's torch.load reads with its
+  // defaults (weights_only=True), which refuses the JIT pickler's
+  // restore_type_tag and build_intlist-style globals. LibTorch reads it too.
   std::vector<char> pickle;
-  torch::jit::Pickler pickler([&](const char* data, size_t size) { pickle.insert(pickle.end(), data, data + size); });
+  torch::jit::Pickler pickler([&](const char* data, size_t size) { pickle.insert(pickle.end(), data, data + size); },
+                              nullptr, nullptr, nullptr, nullptr, /*tag_aggregates=*/false);
   pickler.protocol();
-  pickler.pushIValue(value);
+  pickler.pushIValue(plain_lists(value));
   pickler.stop();
   const std::vector<at::Tensor>& tensors = pickler.tensorData();
   const std::string version = std::to_string(caffe2::serialize::kMinProducedFileFormatVersion) + "\n";

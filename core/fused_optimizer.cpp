@@ -293,7 +293,7 @@ void step_sgd(torch::optim::SGD& optimizer) {
     const auto& options = static_cast<torch::optim::SGDOptions&>(group.options());
     for (const torch::Tensor& p : group.params()) {
       if (!p.grad().defined()) continue;
-      const std::string key = optimizer_state_key(p);
+      const OptimizerStateKey key = optimizer_state_key(p);
       auto found = optimizer.state().find(key);
       const bool first = found == optimizer.state().end();
       SgdPass pass{};
@@ -331,7 +331,7 @@ void step_adam(torch::optim::Optimizer& optimizer, bool decoupled) {
     const auto& options = static_cast<Options&>(group.options());
     for (const torch::Tensor& p : group.params()) {
       if (!p.grad().defined()) continue;
-      const std::string key = optimizer_state_key(p);
+      const OptimizerStateKey key = optimizer_state_key(p);
       auto found = optimizer.state().find(key);
       const int64_t step = found == optimizer.state().end() ? 1 : static_cast<State&>(*found->second).step() + 1;
       const double beta1 = std::get<0>(options.betas()), beta2 = std::get<1>(options.betas());

@@ -40,7 +40,8 @@ StateDict LRScheduler::state_dict() const {
 
 void LRScheduler::load_state_dict(const StateDict& state) {
   last_epoch_ = state.at("last_epoch").toInt();
-  base_lrs_ = state.at("base_lrs").toDoubleVector();
+  base_lrs_.clear();  // a typed list (checkpoints before 2026-12) or a plain one
+  for (const c10::IValue& lr : state.at("base_lrs").toListRef()) base_lrs_.push_back(lr.toDouble());
   if (last_epoch_ > 0) {
     const auto lrs = compute_lrs();
     auto& groups = optimizer_.param_groups();

@@ -219,8 +219,8 @@ void from_dict(Optimizer& optimizer, const c10::impl::GenericDict& dict, const s
                  " parameter group(s), the optimizer ", optimizer.param_groups().size());
   // Everything is read and checked before the optimizer changes.
   std::vector<std::unique_ptr<torch::optim::OptimizerOptions>> options;
-  std::vector<std::pair<std::string, std::unique_ptr<State>>> states;
-  std::vector<std::string> stateless;
+  std::vector<std::pair<OptimizerStateKey, std::unique_ptr<State>>> states;
+  std::vector<OptimizerStateKey> stateless;
   int64_t index = 0;
   for (size_t i = 0; i < groups.size(); ++i) {
     const std::string at = c10::str(where, ".param_groups[", i, "]");
@@ -299,10 +299,6 @@ struct Load {
 };
 
 }  // namespace
-
-std::string optimizer_state_key(const torch::Tensor& parameter) {
-  return c10::guts::to_string(parameter.unsafeGetTensorImpl());
-}
 
 c10::IValue optimizer_state_dict(Optimizer& optimizer) {
   c10::IValue out;

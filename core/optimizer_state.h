@@ -11,7 +11,10 @@
 // Any other optimizer (LBFGS, a user's own) is kept as LibTorch's archive,
 // a uint8 tensor, which is also what checkpoints before this layout hold.
 
+#include <sstream>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 #include <ATen/core/ivalue.h>
 #include <torch/optim/optimizer.h>
@@ -34,7 +37,18 @@ c10::IValue optimizer_state_dict(torch::optim::Optimizer& optimizer);
 void load_optimizer_state_dict(torch::optim::Optimizer& optimizer, const c10::IValue& state, const std::string& where,
                                bool copy = true);
 
-// The key of a parameter's state in LibTorch's optimizer.state().
-std::string optimizer_state_key(const torch::Tensor& parameter);
+// The key of a parameter's state in LibTorch's optimizer.state(): the
+// parameter's TensorImpl, as a string under LibTorch 1.13, as a pointer since.
+using OptimizerStateKey = std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>::key_type;
+template <typename Key = OptimizerStateKey>
+Key optimizer_state_key(const torch::Tensor& parameter) {
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream key;  // c10::guts::to_string, which 1.13 used
+    key << parameter.unsafeGetTensorImpl();
+    return key.str();
+  } else {
+    return parameter.unsafeGetTensorImpl();
+  }
+}
 
 }  // namespace lt

@@ -1,9 +1,19 @@
 #!/usr/bin/env bash
 # Installs what lightning-cpp needs on Debian 12, as root. Idempotent: a
 # second run installs nothing.
+#   - Debian's packages, LibTorch 1.13 (CPU) among them;
+#   - PyTorch 2.11 from PyPI into the virtual environment $LT_TORCH_VENV
+#     (default /opt/torch/.venv, where CMake looks for it): its LibTorch (the
+#     CMake package in site-packages/torch/share/cmake), its Python (the tests'
+#     oracle for a 2.11 build) and its torchrun. PyPI's Linux wheel is a CUDA
+#     13.0 build; its NVIDIA libraries come as packages beside it (about 4.6 GB
+#     in all, downloaded once).
 set -euo pipefail
+torch_version=2.11.0
+venv=${LT_TORCH_VENV:-/opt/torch/.venv}
 packages=(
   build-essential cmake ninja-build pkg-config
+  python3-venv                      # the venv PyTorch 2.11 goes into
   libtorch-dev libgloo-dev          # LibTorch 1.13 (CPU) and the Gloo headers c10d needs
   libyaml-cpp-dev libspdlog-dev libcli11-dev libgtest-dev zlib1g-dev
   python3-torch                     # /usr/bin/python3 + torch 1.13: the oracle in tests and benchmarks
@@ -35,3 +45,11 @@ for name in blas lapack; do
     update-alternatives --quiet --set "$link" "$want"
   fi
 done
+
+# PyTorch 2.11 (LibTorch, Python, torchrun). numpy: torch warns on import
+# without it, and the oracles' arithmetic is torch's own either way.
+if ! "$venv/bin/python3" -c "import torch, numpy, sys; sys.exit(torch.__version__.split('+')[0] != '$torch_version')" \
+    2>/dev/null; then
+  [[ -x $venv/bin/python3 ]] || /usr/bin/python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --progress-bar off --disable-pip-version-check "torch==$torch_version" numpy
+fi

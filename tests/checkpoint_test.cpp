@@ -39,7 +39,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kPython = "/usr/bin/python3";
+constexpr const char* kPython = LT_PYTHON;  // the torch of the LibTorch built against
 
 // Same layout as Reference in tests/python/checkpoint_interop.py.
 class Reference : public lt::LightningModule {
@@ -207,9 +207,9 @@ TEST_F(CheckpointTest, OptimizerStateIsPyTorchsBothWays) {
   const auto params = cpp.parameters(), other_params = other.parameters();
   for (size_t i = 0; i < params.size(); ++i) {
     const auto& mine = static_cast<const torch::optim::AdamParamState&>(
-        *adam.state().at(c10::guts::to_string(params[i].unsafeGetTensorImpl())));
+        *adam.state().at(lt::optimizer_state_key(params[i])));
     const auto& theirs = static_cast<const torch::optim::AdamParamState&>(
-        *back.state().at(c10::guts::to_string(other_params[i].unsafeGetTensorImpl())));
+        *back.state().at(lt::optimizer_state_key(other_params[i])));
     EXPECT_EQ(mine.step(), theirs.step()) << i;
     EXPECT_TRUE(torch::allclose(mine.exp_avg(), theirs.exp_avg(), 1e-6, 1e-9)) << i;
     EXPECT_TRUE(torch::allclose(mine.exp_avg_sq(), theirs.exp_avg_sq(), 1e-6, 1e-12)) << i;

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include <ATen/autocast_mode.h>
+#include <lightning_cpp/core/torch_compat.h>
 
 #include <lightning_cpp/callbacks/lambda_callback.h>
 #include <lightning_cpp/callbacks/model_checkpoint.h>
@@ -1092,7 +1092,7 @@ TEST_F(TrainerTest, Bf16MixedTracksFloat32) {
   EXPECT_EQ(mixed->train_dtype, torch::kBFloat16);
   EXPECT_EQ(mixed->val_dtype, torch::kBFloat16);
   EXPECT_EQ(mixed->fc1->weight.scalar_type(), torch::kFloat) << "parameters stay float32";
-  EXPECT_FALSE(at::autocast::is_cpu_enabled()) << "autocast ends with the forward";
+  EXPECT_FALSE(lt::compat::autocast_enabled(c10::kCPU)) << "autocast ends with the forward";
   double largest = 0;
   for (const auto& p : full->named_parameters()) {
     largest = std::max(largest, (p.value() - mixed->named_parameters()[p.key()]).abs().max().item<double>());

@@ -27,6 +27,7 @@
 
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/env.h>
+#include <lightning_cpp/core/torch_compat.h>
 #include <lightning_cpp/plugins/environments/cluster_environment.h>
 #include <lightning_cpp/plugins/environments/local.h>
 
@@ -120,12 +121,14 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_backend(const c10::intrusive_ptr<c10
     auto gloo_options = c10d::ProcessGroupGloo::Options::create(timeout);
     gloo_options->devices.push_back(gloo_device(environment));
     gloo_options->threads = 2;  // PyTorch: 2 per device
-    group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, gloo_options);
+    group = compat::process_group_of(c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, gloo_options),
+                                     store, rank, world_size, false);
   } else {
 #if defined(LT_WITH_NCCL) && LT_WITH_NCCL
     auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
     nccl_options->timeout = timeout;
-    group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world_size, nccl_options);
+    group = compat::process_group_of(c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world_size, nccl_options),
+                                     store, rank, world_size, true);
 #endif
   }
   LT_INTERNAL_ASSERT(group, "no process group for backend '", backend, "'");

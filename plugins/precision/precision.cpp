@@ -5,12 +5,12 @@
 #include <cstdio>
 #include <mutex>
 
-#include <ATen/autocast_mode.h>
 #include <torch/cuda.h>
 #include <torch/nn/module.h>
 
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/rank_zero.h>
+#include <lightning_cpp/core/torch_compat.h>
 
 namespace lt {
 
@@ -20,33 +20,22 @@ namespace {
 // as a scope; nests, and puts back what was there before.
 class Autocast : public ForwardContext {
  public:
-  explicit Autocast(c10::DeviceType device) : cpu_(device == c10::kCPU), was_enabled_(enabled()), was_dtype_(dtype()) {
-    if (cpu_) {
-      at::autocast::set_cpu_enabled(true);
-      at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
-    } else {
-      at::autocast::set_enabled(true);
-      at::autocast::set_autocast_gpu_dtype(at::kHalf);
-    }
+  explicit Autocast(c10::DeviceType device)
+      : device_(device == c10::kCPU ? c10::kCPU : c10::kCUDA),
+        was_enabled_(compat::autocast_enabled(device_)),
+        was_dtype_(compat::autocast_dtype(device_)) {
+    compat::set_autocast_enabled(device_, true);
+    compat::set_autocast_dtype(device_, device_ == c10::kCPU ? at::kBFloat16 : at::kHalf);
     at::autocast::increment_nesting();
   }
   ~Autocast() override {
     if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-    if (cpu_) {
-      at::autocast::set_cpu_enabled(was_enabled_);
-      at::autocast::set_autocast_cpu_dtype(was_dtype_);
-    } else {
-      at::autocast::set_enabled(was_enabled_);
-      at::autocast::set_autocast_gpu_dtype(was_dtype_);
-    }
+    compat::set_autocast_enabled(device_, was_enabled_);
+    compat::set_autocast_dtype(device_, was_dtype_);
   }
 
  private:
-  bool enabled() const { return cpu_ ? at::autocast::is_cpu_enabled() : at::autocast::is_enabled(); }
-  at::ScalarType dtype() const {
-    return cpu_ ? at::autocast::get_autocast_cpu_dtype() : at::autocast::get_autocast_gpu_dtype();
-  }
-  bool cpu_;
+  c10::DeviceType device_;
   bool was_enabled_;
   at::ScalarType was_dtype_;
 };

@@ -55,7 +55,7 @@ torch::Tensor optimizer_state_of(const std::string& path, const std::string& opt
   lt::load_optimizer_state_dict(*optimizer, lt::pickle_load_file(path).toGenericDict().at("optimizer"), path);
   std::vector<torch::Tensor> out;
   for (const auto& p : model->parameters()) {
-    auto it = optimizer->state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+    auto it = optimizer->state().find(lt::optimizer_state_key(p));
     if (it == optimizer->state().end()) continue;
     if (auto* adam = dynamic_cast<torch::optim::AdamParamState*>(it->second.get())) {
       out.push_back(adam->exp_avg().reshape(-1));
@@ -308,7 +308,7 @@ TEST(FsdpCheckpoint, AFullShardCheckpointIsWrittenStreamedAndIsDdpsForTorchLoad)
   const auto dir = std::filesystem::temp_directory_path() / ("lt_fsdp_stream_" + std::to_string(::getpid()));
   expect_workers_pass("FsdpStreamedFullCheckpoint", 2, std::chrono::seconds(90), {{"LT_CKPT_DIR", dir.string()}});
   for (const char* name : {"epoch=0-step=2.ckpt", "epoch=0-step=4.ckpt"}) {
-    const std::string command = "/usr/bin/python3 " + std::string(LT_SOURCE_DIR) +
+    const std::string command = std::string(LT_PYTHON) + " " + LT_SOURCE_DIR +
                                 "/tests/python/checkpoint_interop.py same " + (dir / "fsdp" / name).string() + " " +
                                 (dir / "ddp" / name).string() + " 1e-6";
     EXPECT_EQ(std::system(command.c_str()), 0) << command;

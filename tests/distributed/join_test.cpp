@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <ATen/autocast_mode.h>
+#include <lightning_cpp/core/torch_compat.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -62,7 +62,8 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_process_group(std::chrono::seconds t
   auto options = c10d::ProcessGroupGloo::Options::create(timeout);
   options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
   options->threads = 1;
-  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, options);
+  return lt::compat::process_group_of(c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, options),
+                                      store, rank, world_size, false);
 }
 
 double allreduce_value(c10d::ProcessGroup& pg, double value, c10d::ReduceOp op = c10d::ReduceOp::SUM) {
@@ -455,7 +456,7 @@ class ReplicaChecksum : public lt::Callback {
     for (auto& group : optimizer.param_groups()) {
       sum += 1000.0 * lt::get_lr(group);
       for (auto& p : group.params()) {
-        auto it = optimizer.state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+        auto it = optimizer.state().find(lt::optimizer_state_key(p));
         if (it == optimizer.state().end()) continue;
         if (auto* sgd = dynamic_cast<torch::optim::SGDParamState*>(it->second.get())) {
           if (sgd->momentum_buffer().defined()) sum += 7.0 * sgd->momentum_buffer().sum().item<double>();
@@ -893,7 +894,7 @@ LT_TEST_WORKER(Bf16MixedUnderJoin) {
   };
   const torch::Tensor full = train("32-true");
   const torch::Tensor mixed = train("bf16-mixed");
-  LT_WORKER_CHECK(!at::autocast::is_cpu_enabled(), "autocast still on after fit");
+  LT_WORKER_CHECK(!lt::compat::autocast_enabled(c10::kCPU), "autocast still on after fit");
   const double largest = (mixed - full).abs().max().item<double>();
   const double scale = full.abs().max().item<double>();
   std::cerr << "measured: bf16-mixed vs 32-true under lockstep Join: largest parameter difference " << largest
@@ -1115,7 +1116,7 @@ class TwoOptimizerNet : public lt::LightningModule {
     for (const auto& optimizer : {opt_a, opt_b}) {
       for (auto& group : optimizer->param_groups()) {
         for (auto& p : group.params()) {
-          auto it = optimizer->state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+          auto it = optimizer->state().find(lt::optimizer_state_key(p));
           if (it == optimizer->state().end()) continue;
           out.push_back(static_cast<torch::optim::SGDParamState&>(*it->second).momentum_buffer().reshape(-1));
         }

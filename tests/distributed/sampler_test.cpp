@@ -77,10 +77,10 @@ TEST(DistributedSampler, IndexListsEqualPyTorchs) {
 TEST(DistributedSampler, FixtureIsWhatThisPyTorchGives) {
   // Regenerates the fixture with the oracle when it is installed; the
   // checked-in file must be what it prints.
-  if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) {
-    GTEST_SKIP() << "/usr/bin/python3 with torch is not installed";
+  if (std::system((std::string(LT_PYTHON) + " -c 'import torch' >/dev/null 2>&1").c_str()) != 0) {
+    GTEST_SKIP() << LT_PYTHON << " with torch is not installed";
   }
-  const std::string cmd = "/usr/bin/python3 " + std::string(LT_SOURCE_DIR) + "/tests/python/make_sampler_fixture.py";
+  const std::string cmd = std::string(LT_PYTHON) + " " + LT_SOURCE_DIR + "/tests/python/make_sampler_fixture.py";
   FILE* pipe = ::popen(cmd.c_str(), "r");
   ASSERT_NE(pipe, nullptr);
   std::string generated;
@@ -91,7 +91,7 @@ TEST(DistributedSampler, FixtureIsWhatThisPyTorchGives) {
   std::ifstream in(fixture_path());
   std::stringstream stored;
   stored << in.rdbuf();
-  EXPECT_EQ(generated, stored.str()) << "regenerate: /usr/bin/python3 tests/python/make_sampler_fixture.py > "
+  EXPECT_EQ(generated, stored.str()) << "regenerate: " LT_PYTHON " tests/python/make_sampler_fixture.py > "
                                         "tests/distributed/sampler_fixture.txt";
 }
 

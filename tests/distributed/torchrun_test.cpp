@@ -1,4 +1,4 @@
-// Launching with the real /usr/bin/torchrun (Debian's python3-torch 1.13):
+// Launching with the real torchrun of the PyTorch built against (LT_TORCHRUN):
 // one node of 2 ranks and 2 nodes of 1 rank on 127.0.0.1, with torchrun's
 // static rendezvous (its agent hosts the store the workers must join as
 // clients), its c10d rendezvous and --standalone; and two hosts made of
@@ -40,7 +40,7 @@ using lt::testing::read_file;
 
 namespace {
 
-constexpr const char* kTorchrun = "/usr/bin/torchrun";
+constexpr const char* kTorchrun = LT_TORCHRUN;  // the torchrun of the LibTorch built against
 
 class SmallNet : public lt::LightningModule {
  public:
@@ -309,7 +309,7 @@ void expect_reference_weights(const std::string& dir) {
 class Torchrun : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!std::filesystem::exists(kTorchrun)) GTEST_SKIP() << kTorchrun << " is not installed (python3-torch)";
+    if (!std::filesystem::exists(kTorchrun)) GTEST_SKIP() << kTorchrun << " is not installed (scripts/install-deps.sh)";
   }
 };
 

@@ -13,6 +13,7 @@
 #include <torch/csrc/distributed/c10d/reducer.hpp>
 
 #include <lightning_cpp/core/check.h>
+#include <lightning_cpp/core/torch_compat.h>
 
 namespace lt {
 
@@ -68,7 +69,7 @@ class Bf16CompressHook : public c10d::CommHookInterface {
     auto future = process_group_->allreduce(compressed)->getFuture();
     torch::Tensor decompressed = bucket.getBufferRef();
     return future->then(
-        [decompressed](c10::ivalue::Future& done) mutable {
+        [decompressed](c10::ivalue::Future& done) {
           decompressed.copy_(done.value().toTensorVector()[0]);
           return c10::IValue(decompressed);
         },
@@ -154,10 +155,11 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
   // Reversed: gradients of the last layers are ready first.
   std::reverse(buckets.begin(), buckets.end());
   std::reverse(per_bucket_limits.begin(), per_bucket_limits.end());
-  reducer_ = std::make_shared<c10d::Reducer>(parameters_, std::move(buckets), std::move(per_bucket_limits),
-                                             process_group_, expect_sparse, static_cast<int64_t>(cap),
-                                             options_.find_unused_parameters(), options_.gradient_as_bucket_view(),
-                                             std::move(param_names), c10d::kDefaultFirstBucketBytes);
+  reducer_ = compat::make_reducer<c10d::Reducer>(parameters_, std::move(buckets), std::move(per_bucket_limits),
+                                                 process_group_, expect_sparse, static_cast<int64_t>(cap),
+                                                 options_.find_unused_parameters(),
+                                                 options_.gradient_as_bucket_view(), std::move(param_names),
+                                                 c10d::kDefaultFirstBucketBytes);
   // PyTorch's DDP gives its Reducer a Logger at construction, and the Reducer
   // assumes one: with find_unused_parameters, an iteration whose set of unused
   // parameters differs from the previous one's (toggle_optimizer, a branch

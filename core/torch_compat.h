@@ -1,0 +1,123 @@
+#pragma once
+// The one place where lightning-cpp depends on which LibTorch it is built
+// against: Debian's 1.13 and PyTorch's 2.x line (2.11 tested). Every other
+// file is version-free; what differs between versions is wrapped here, keyed
+// on TORCH_VERSION_* or, where a signature changed in a release not pinned
+// down, on which signature the headers offer. Internal: not installed, and
+// no installed header includes it.
+//   - c10d process groups: 1.13's ProcessGroupGloo/NCCL are process groups;
+//     2.x's are c10d::Backends that a ProcessGroup holds per device type.
+//   - c10d::Reducer's constructor (per-bucket size limits in 1.13; later
+//     releases added skip_all_reduce_unused_params, use_python_reducer and
+//     bucket_bytes_cap_list).
+//   - autocast: 1.13's per-device setters became (device type, ...) calls in
+//     2.x, the old ones deprecated wrappers that warn on every call.
+
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <ATen/autocast_mode.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/version.h>
+
+#define LT_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+namespace lt::compat {
+
+// -- autocast ---------------------------------------------------------------------------------
+inline bool autocast_enabled(c10::DeviceType device) {
+#if LT_TORCH_AT_LEAST(2, 4)
+  return at::autocast::is_autocast_enabled(device);
+#else
+  return device == c10::DeviceType::CPU ? at::autocast::is_cpu_enabled() : at::autocast::is_enabled();
+#endif
+}
+
+inline void set_autocast_enabled(c10::DeviceType device, bool enabled) {
+#if LT_TORCH_AT_LEAST(2, 4)
+  at::autocast::set_autocast_enabled(device, enabled);
+#else
+  device == c10::DeviceType::CPU ? at::autocast::set_cpu_enabled(enabled) : at::autocast::set_enabled(enabled);
+#endif
+}
+
+inline at::ScalarType autocast_dtype(c10::DeviceType device) {
+#if LT_TORCH_AT_LEAST(2, 4)
+  return at::autocast::get_autocast_dtype(device);
+#else
+  return device == c10::DeviceType::CPU ? at::autocast::get_autocast_cpu_dtype()
+                                        : at::autocast::get_autocast_gpu_dtype();
+#endif
+}
+
+inline void set_autocast_dtype(c10::DeviceType device, at::ScalarType dtype) {
+#if LT_TORCH_AT_LEAST(2, 4)
+  at::autocast::set_autocast_dtype(device, dtype);
+#else
+  device == c10::DeviceType::CPU ? at::autocast::set_autocast_cpu_dtype(dtype)
+                                 : at::autocast::set_autocast_gpu_dtype(dtype);
+#endif
+}
+
+// -- c10d -------------------------------------------------------------------------------------
+// The process group around one backend (a ProcessGroupGloo or ProcessGroupNCCL
+// made by the caller), as torch.distributed builds it: under 2.x a ProcessGroup
+// whose default backend is this one (getBackendName() names it), registered for
+// the device types the backend serves (Gloo: CPU and CUDA; NCCL: CUDA).
+template <typename BackendImpl>
+c10::intrusive_ptr<c10d::ProcessGroup> process_group_of(c10::intrusive_ptr<BackendImpl> backend,
+                                                         const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                         int world_size, bool nccl) {
+#if LT_TORCH_AT_LEAST(2, 0)
+  auto group = c10::make_intrusive<c10d::ProcessGroup>(store, rank, world_size);
+  const auto type = nccl ? c10d::ProcessGroup::BackendType::NCCL : c10d::ProcessGroup::BackendType::GLOO;
+  group->setDefaultBackend(type);
+  backend->setSequenceNumberForGroup();
+  if (!nccl) group->setBackend(c10::DeviceType::CPU, type, backend);
+  group->setBackend(c10::DeviceType::CUDA, type, backend);
+  return group;
+#else
+  (void)store, (void)rank, (void)world_size, (void)nccl;
+  return backend;
+#endif
+}
+
+// A c10d::Reducer (a template parameter, so that only its one user includes
+// reducer.hpp). Which constructor the headers offer decides the call, so the
+// 2.x releases between the tested ones take whichever they have.
+template <typename Reducer>
+std::shared_ptr<Reducer> make_reducer(std::vector<at::Tensor> params, std::vector<std::vector<size_t>> buckets,
+                                      std::vector<size_t> per_bucket_limits,
+                                      c10::intrusive_ptr<c10d::ProcessGroup> group, std::vector<bool> expect_sparse,
+                                      int64_t bucket_bytes_cap, bool find_unused, bool gradient_as_bucket_view,
+                                      std::unordered_map<size_t, std::string> names, int64_t first_bucket_bytes) {
+  using Params = std::vector<at::Tensor>;
+  using Buckets = std::vector<std::vector<size_t>>;
+  using Group = c10::intrusive_ptr<c10d::ProcessGroup>;
+  using Names = std::unordered_map<size_t, std::string>;
+  if constexpr (std::is_constructible_v<Reducer, Params, Buckets, std::vector<size_t>, Group, std::vector<bool>,
+                                        int64_t, bool, bool, Names, int64_t>) {  // 1.13
+    return std::make_shared<Reducer>(std::move(params), std::move(buckets), std::move(per_bucket_limits),
+                                     std::move(group), std::move(expect_sparse), bucket_bytes_cap, find_unused,
+                                     gradient_as_bucket_view, std::move(names), first_bucket_bytes);
+  } else if constexpr (std::is_constructible_v<Reducer, Params, Buckets, Group, std::vector<bool>, int64_t, bool,
+                                               bool, Names, int64_t, bool, bool, std::vector<int64_t>>) {  // 2.11
+    // No skipped all-reduce of unused parameters, the C++ reducer, and
+    // rebuilt buckets sized as the first ones (an empty cap list).
+    return std::make_shared<Reducer>(std::move(params), std::move(buckets), std::move(group),
+                                      std::move(expect_sparse), bucket_bytes_cap, find_unused,
+                                      gradient_as_bucket_view, std::move(names), first_bucket_bytes, false, false,
+                                      std::vector<int64_t>{});
+  } else {
+    return std::make_shared<Reducer>(std::move(params), std::move(buckets), std::move(group),
+                                     std::move(expect_sparse), bucket_bytes_cap, find_unused,
+                                     gradient_as_bucket_view, std::move(names), first_bucket_bytes, false, false);
+  }
+}
+
+}  // namespace lt::compat
