@@ -302,6 +302,16 @@ bool is_deferred(const torch::Tensor& tensor) {
          tensor.storage().data() == nullptr;
 }
 
+std::vector<torch::Tensor> tensor_list(const c10::IValue& list) {
+  LT_CHECK_VALUE(list.isList(), "tensor_list: expected a list of tensors, got a ", list.tagKind());
+  std::vector<torch::Tensor> out;
+  for (const c10::IValue& item : list.toListRef()) {
+    LT_CHECK_VALUE(item.isTensor(), "tensor_list: item ", out.size(), " is a ", item.tagKind(), ", not a tensor");
+    out.push_back(item.toTensor());
+  }
+  return out;
+}
+
 namespace {
 
 constexpr const char* kMetaFile = "meta.pt";
@@ -309,7 +319,9 @@ constexpr const char* kShardedRecord = "sharded.pkl";
 
 // `value` with each list of ints, floats, bools or tensors made a generic
 // list (the pickler writes those as plain pickle lists; the typed ones as a
-// torch.jit._pickle.build_*list call); tensors are shared, not copied.
+// torch.jit._pickle.build_*list call); tensors are shared, not copied, and
+// a container without lists in it is `value` itself (the pickle is then
+// byte for byte what LibTorch's writer makes of it, untagged).
 c10::IValue plain_lists(const c10::IValue& value) {
   if (value.isList()) {
     c10::impl::GenericList out(c10::AnyType::get());
@@ -319,13 +331,22 @@ c10::IValue plain_lists(const c10::IValue& value) {
   if (value.isGenericDict()) {
     const auto dict = value.toGenericDict();
     c10::impl::GenericDict out(dict.keyType(), c10::AnyType::get());
-    for (const auto& entry : dict) out.insert(entry.key(), plain_lists(entry.value()));
-    return out;
+    bool changed = false;
+    for (const auto& entry : dict) {
+      c10::IValue item = plain_lists(entry.value());
+      changed = changed || !item.isSameIdentity(entry.value());
+      out.insert(entry.key(), std::move(item));
+    }
+    return changed ? c10::IValue(out) : value;
   }
   if (value.isTuple()) {
     std::vector<c10::IValue> items;
-    for (const c10::IValue& item : value.toTupleRef().elements()) items.push_back(plain_lists(item));
-    return c10::ivalue::Tuple::create(std::move(items));
+    bool changed = false;
+    for (const c10::IValue& item : value.toTupleRef().elements()) {
+      items.push_back(plain_lists(item));
+      changed = changed || !items.back().isSameIdentity(item);
+    }
+    return changed ? c10::ivalue::Tuple::create(std::move(items)) : value;
   }
   return value;
 }

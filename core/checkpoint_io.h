@@ -80,6 +80,11 @@ void write_pickle_archive(const c10::IValue& value, const std::function<void(con
 // there: each is a placeholder (is_deferred) that copy_elements reads from
 // them, so that a rank reads only the parts it needs.
 c10::IValue pickle_load_file(const std::string& path, bool placeholders = false);
+// The tensors of a list that pickle_load_file read. The archive holds plain
+// pickle lists, as Python's torch.save writes them, so a list saved as a
+// c10::List<torch::Tensor> reads back as a list of any type, which
+// IValue::toTensorVector() refuses; this takes both.
+std::vector<torch::Tensor> tensor_list(const c10::IValue& list);
 // Copies elements [begin, begin + dst.numel()) of `value` (contiguous, its
 // elements in order) into `dst`: read from its checkpoint's rank files where
 // `value` is such a placeholder. materialized(value): all of them, as a tensor.

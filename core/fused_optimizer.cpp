@@ -48,61 +48,88 @@ inline float nan_max(float a, float b) {
 //   amsgrad vmax = max(vmax, v)                        (max_out)
 //           d = sqrt(v or vmax) / sqrt(bias_correction2) + eps
 //           p = p + (-lr / bias_correction1) * m / d   (addcdiv_)
+// ATen's sqrt is not always std::sqrt (PyPI's LibTorch 2.x takes MKL's,
+// which can be an ulp off): then a step is two passes, the moments, then the
+// parameters from ATen's own sqrt of them (`root`), so that it stays bitwise.
+enum class AdamPart { kWhole, kMoments, kParams };
 struct AdamPass {
   float* p;
   const float* g;
   float* m;
   float* v;
   float* vmax;     // amsgrad, else null
+  AdamPart part;
+  const float* root;  // kParams: sqrt(v or vmax), computed by ATen
   bool l2;         // Adam's weight decay
   bool decoupled;  // AdamW's weight decay
   float weight_decay, decay, beta1, one_minus_beta1, beta2, one_minus_beta2, sqrt_bias_correction2, eps, neg_step;
 };
 
 // The options are template arguments: a loop without branches vectorizes.
-template <bool kFma, bool kL2, bool kDecoupled, bool kAmsgrad>
+template <bool kFma, bool kL2, bool kDecoupled, bool kAmsgrad, AdamPart kPart>
 inline __attribute__((always_inline)) void adam_loop(const AdamPass& a, int64_t begin, int64_t end) {
   float* __restrict p = a.p;
   const float* __restrict g = a.g;
   float* __restrict m = a.m;
   float* __restrict v = a.v;
   float* __restrict vmax = a.vmax;
+  const float* __restrict root = a.root;
   for (int64_t i = begin; i < end; ++i) {
     float pi = p[i];
-    float gi = g[i];
-    if constexpr (kDecoupled) pi = pi * a.decay;
-    if constexpr (kL2) gi = mul_add<kFma>(pi, a.weight_decay, gi);
-    const float mi = mul_add<kFma>(gi, a.one_minus_beta1, m[i] * a.beta1);
-    const float vi = mul_add<kFma>(a.one_minus_beta2 * gi, gi, v[i] * a.beta2);
-    m[i] = mi;
-    v[i] = vi;
-    float second = vi;
-    if constexpr (kAmsgrad) {
-      second = nan_max(vmax[i], vi);
-      vmax[i] = second;
+    float mi, rooti;
+    if constexpr (kPart == AdamPart::kParams) {
+      mi = m[i];
+      rooti = root[i];
+    } else {
+      float gi = g[i];
+      if constexpr (kL2) gi = mul_add<kFma>(pi, a.weight_decay, gi);
+      mi = mul_add<kFma>(gi, a.one_minus_beta1, m[i] * a.beta1);
+      const float vi = mul_add<kFma>(a.one_minus_beta2 * gi, gi, v[i] * a.beta2);
+      m[i] = mi;
+      v[i] = vi;
+      float second = vi;
+      if constexpr (kAmsgrad) {
+        second = nan_max(vmax[i], vi);
+        vmax[i] = second;
+      }
+      if constexpr (kPart == AdamPart::kMoments) continue;
+      rooti = std::sqrt(second);
     }
-    const float denom = std::sqrt(second) / a.sqrt_bias_correction2 + a.eps;
+    if constexpr (kDecoupled) pi = pi * a.decay;
+    const float denom = rooti / a.sqrt_bias_correction2 + a.eps;
     p[i] = pi + a.neg_step * mi / denom;
   }
 }
 
-template <bool kFma, bool kAmsgrad>
+template <bool kFma, bool kAmsgrad, AdamPart kPart>
 inline __attribute__((always_inline)) void adam_decay(const AdamPass& a, int64_t begin, int64_t end) {
   if (a.l2) {
-    adam_loop<kFma, true, false, kAmsgrad>(a, begin, end);
+    adam_loop<kFma, true, false, kAmsgrad, kPart>(a, begin, end);
   } else if (a.decoupled) {
-    adam_loop<kFma, false, true, kAmsgrad>(a, begin, end);
+    adam_loop<kFma, false, true, kAmsgrad, kPart>(a, begin, end);
   } else {
-    adam_loop<kFma, false, false, kAmsgrad>(a, begin, end);
+    adam_loop<kFma, false, false, kAmsgrad, kPart>(a, begin, end);
+  }
+}
+
+template <bool kFma, AdamPart kPart>
+inline __attribute__((always_inline)) void adam_part(const AdamPass& a, int64_t begin, int64_t end) {
+  if (a.vmax != nullptr) {
+    adam_decay<kFma, true, kPart>(a, begin, end);
+  } else {
+    adam_decay<kFma, false, kPart>(a, begin, end);
   }
 }
 
 template <bool kFma>
 inline __attribute__((always_inline)) void adam_any(const AdamPass& a, int64_t begin, int64_t end) {
-  if (a.vmax != nullptr) {
-    adam_decay<kFma, true>(a, begin, end);
-  } else {
-    adam_decay<kFma, false>(a, begin, end);
+  switch (a.part) {
+    case AdamPart::kWhole:
+      return adam_part<kFma, AdamPart::kWhole>(a, begin, end);
+    case AdamPart::kMoments:
+      return adam_part<kFma, AdamPart::kMoments>(a, begin, end);
+    case AdamPart::kParams:
+      return adam_part<kFma, AdamPart::kParams>(a, begin, end);
   }
 }
 
@@ -218,6 +245,21 @@ Rounding measure_rounding() {
 Rounding aten_rounding() {
   static const Rounding rounding = measure_rounding();
   return rounding;
+}
+
+// Whether ATen's float sqrt is std::sqrt (correctly rounded) here.
+bool aten_sqrt_is_exact() {
+  static const bool exact = [] {
+    torch::NoGradGuard no_grad;
+    const torch::Tensor a = probe_values(3, 1031).abs(), root = a.sqrt();
+    const float* pa = a.data_ptr<float>();
+    const float* proot = root.data_ptr<float>();
+    for (int64_t i = 0; i < a.numel(); ++i) {
+      if (proot[i] != std::sqrt(pa[i])) return false;
+    }
+    return true;
+  }();
+  return exact;
 }
 
 bool fusable(const torch::Tensor& t, const torch::Tensor& like) {
@@ -364,7 +406,17 @@ void step_adam(torch::optim::Optimizer& optimizer, bool decoupled) {
       pass.m = state.exp_avg().template data_ptr<float>();
       pass.v = state.exp_avg_sq().template data_ptr<float>();
       pass.vmax = options.amsgrad() ? state.max_exp_avg_sq().template data_ptr<float>() : nullptr;
-      run(adam_fused, adam_twice, pass, p.numel());
+      if (aten_sqrt_is_exact()) {
+        pass.part = AdamPart::kWhole;
+        run(adam_fused, adam_twice, pass, p.numel());
+      } else {
+        pass.part = AdamPart::kMoments;
+        run(adam_fused, adam_twice, pass, p.numel());
+        const torch::Tensor root = (options.amsgrad() ? state.max_exp_avg_sq() : state.exp_avg_sq()).sqrt();
+        pass.root = root.template data_ptr<float>();
+        pass.part = AdamPart::kParams;
+        run(adam_fused, adam_twice, pass, p.numel());
+      }
       bump_versions({p, state.exp_avg(), state.exp_avg_sq(), options.amsgrad() ? state.max_exp_avg_sq() : torch::Tensor()});
     }
   }

@@ -790,7 +790,7 @@ TEST_P(SignalToLauncher, ResumedFromInterruptedCkptEqualsAnUninterruptedRun) {
       waitpid(pid, &status, 0);
     }
     EXPECT_TRUE(done && WIFEXITED(status) && WEXITSTATUS(status) == 0) << read_file(d / "supervisor.log");
-    return lt::pickle_load_file((d / "weights").string()).toTensorVector();
+    return lt::tensor_list(lt::pickle_load_file((d / "weights").string()));
   };
   const auto a = run(straight, "");
   const auto b = run(resumed, (stopped / "interrupted.ckpt").string());

