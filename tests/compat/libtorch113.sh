@@ -15,6 +15,7 @@ if [[ ! -f $torch_dir/TorchConfig.cmake ]]; then
   exit 77
 fi
 build=$work/build
+mkdir -p "$work"
 cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTorch_DIR="$torch_dir" \
   -DLT_BUILD_BENCH=OFF > "$work/configure.log"
 grep "lightning-cpp: LibTorch" "$work/configure.log"
