@@ -84,6 +84,27 @@ if(TARGET torch_cuda OR TORCH_CUDA_LIBRARIES)
   set(LT_TORCH_CUDA ON)
 endif()
 
+# A CUDA LibTorch needs a CUDA toolkit of the CUDA version it was built with:
+# the wheel says it in version.py, an archive in build-version (2.11.0+cu130).
+if(LT_TORCH_CUDA)
+  set(_lt_built_cuda "")
+  if(EXISTS "${LT_TORCH_PREFIX}/version.py")
+    file(STRINGS "${LT_TORCH_PREFIX}/version.py" _lt_line REGEX "^cuda")
+    string(REGEX MATCH "[0-9]+\\.[0-9]+" _lt_built_cuda "${_lt_line}")
+  elseif(EXISTS "${LT_TORCH_PREFIX}/build-version")
+    file(READ "${LT_TORCH_PREFIX}/build-version" _lt_line)
+    if(_lt_line MATCHES "\\+cu([0-9]+)([0-9])")
+      set(_lt_built_cuda "${CMAKE_MATCH_1}.${CMAKE_MATCH_2}")
+    endif()
+  endif()
+  string(REGEX MATCH "^[0-9]+\\.[0-9]+" _lt_toolkit_cuda "${CUDA_VERSION}")
+  if(_lt_built_cuda AND _lt_toolkit_cuda AND NOT _lt_built_cuda VERSION_EQUAL _lt_toolkit_cuda)
+    message(FATAL_ERROR "lightning-cpp: LibTorch ${Torch_VERSION} at ${LT_TORCH_PREFIX} was built with CUDA "
+            "${_lt_built_cuda}, but the CUDA toolkit found is ${CUDA_VERSION} (${CUDA_TOOLKIT_ROOT_DIR}): give one of "
+            "CUDA ${_lt_built_cuda} with -DCUDAToolkit_ROOT=<dir> (or nvcc of that version first on PATH)")
+  endif()
+endif()
+
 # The Python (and torchrun) of this LibTorch: the venv's for its torch or for
 # a given LibTorch of the venv's version, /usr/bin's for Debian's.
 if(LT_TORCH_SOURCE STREQUAL "debian")
