@@ -13,14 +13,13 @@
 #include <string>
 #include <vector>
 
-#include <lightning_cpp/core/torch_compat.h>
-
 #include <lightning_cpp/callbacks/lambda_callback.h>
 #include <lightning_cpp/callbacks/model_checkpoint.h>
 #include <lightning_cpp/core/blas.h>
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/profiler.h>
 #include <lightning_cpp/core/rank_zero.h>
+#include <lightning_cpp/core/torch_compat.h>
 #include <lightning_cpp/loggers/csv.h>
 #include <lightning_cpp/plugins/precision/precision.h>
 #include <lightning_cpp/core/checkpoint_io.h>

@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <lightning_cpp/core/torch_compat.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -26,6 +25,7 @@
 #include <lightning_cpp/callbacks/model_checkpoint.h>
 #include <lightning_cpp/callbacks/timer.h>
 #include <lightning_cpp/core/rank_zero.h>
+#include <lightning_cpp/core/torch_compat.h>
 #include <lightning_cpp/loggers/csv.h>
 #include <lightning_cpp/plugins/join/join.h>
 #include <lightning_cpp/plugins/layer_sync/sync_batch_norm.h>

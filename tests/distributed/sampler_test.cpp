@@ -1,6 +1,6 @@
 // DistributedSampler against PyTorch's torch.utils.data.DistributedSampler
 // (the checked-in fixture, made by tests/python/make_sampler_fixture.py with
-// Debian's python3-torch 1.13). The cluster environments: tests/environments_test.cpp.
+// torch 1.13; torch 2.11 gives the same). The cluster environments: tests/environments_test.cpp.
 #include <gtest/gtest.h>
 
 #include <cstdio>
