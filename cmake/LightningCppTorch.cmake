@@ -20,6 +20,7 @@
 # would link Debian's libtorch.so 1.13 beside its own libtorch_cpu.so.
 
 set(LT_TORCH_VENV /opt/torch/.venv CACHE PATH "Virtual environment whose torch is used when none is given")
+set(_lt_debian_torch /usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/cmake/Torch)
 
 set(_lt_torch_config "")
 if(Torch_DIR AND Torch_DIR STREQUAL LT_TORCH_FOUND_DIR)  # found so by an earlier configure
@@ -45,9 +46,8 @@ else()
     set(LT_TORCH_SOURCE venv)
     list(GET _lt_torch_venv 0 _lt_torch_venv)
     get_filename_component(_lt_torch_config "${_lt_torch_venv}" DIRECTORY)
-  elseif(EXISTS /usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/cmake/Torch/TorchConfig.cmake)
-    set(LT_TORCH_SOURCE debian)
-    set(_lt_torch_config /usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/cmake/Torch)
+  elseif(EXISTS ${_lt_debian_torch}/TorchConfig.cmake)
+    set(_lt_torch_config ${_lt_debian_torch})
   else()
     message(FATAL_ERROR "lightning-cpp: no LibTorch found. Give one with -DTorch_DIR=<libtorch>/share/cmake/Torch "
             "or -DCMAKE_PREFIX_PATH=<libtorch>, or run scripts/install-deps.sh (PyTorch 2.11 into ${LT_TORCH_VENV}, "
@@ -55,7 +55,7 @@ else()
   endif()
 endif()
 get_filename_component(_lt_torch_config "${_lt_torch_config}" REALPATH)
-if(_lt_torch_config STREQUAL "/usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/cmake/Torch")
+if(_lt_torch_config STREQUAL _lt_debian_torch)
   set(LT_TORCH_SOURCE debian)  # given or found, it is Debian's
 endif()
 set(Torch_DIR "${_lt_torch_config}" CACHE PATH "The LibTorch lightning-cpp builds against (its TorchConfig.cmake)" FORCE)
@@ -105,8 +105,9 @@ if(LT_TORCH_CUDA)
   endif()
 endif()
 
-# The Python (and torchrun) of this LibTorch: the venv's for its torch or for
-# a given LibTorch of the venv's version, /usr/bin's for Debian's.
+# The Python (and torchrun) of this LibTorch: that of the environment a
+# wheel's torch sits in, /usr/bin's for Debian's, the venv's for an archive
+# (which has none; its version is not checked against the venv's).
 if(LT_TORCH_SOURCE STREQUAL "debian")
   set(_lt_python /usr/bin/python3)
   set(_lt_torchrun /usr/bin/torchrun)

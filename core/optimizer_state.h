@@ -38,7 +38,7 @@ void load_optimizer_state_dict(torch::optim::Optimizer& optimizer, const c10::IV
                                bool copy = true);
 
 // The key of a parameter's state in LibTorch's optimizer.state(): the
-// parameter's TensorImpl, as a string under LibTorch 1.13, as a pointer since.
+// parameter's TensorImpl, as a string under LibTorch 1.13, as a pointer under 2.x.
 using OptimizerStateKey = std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>::key_type;
 template <typename Key = OptimizerStateKey>
 Key optimizer_state_key(const torch::Tensor& parameter) {
