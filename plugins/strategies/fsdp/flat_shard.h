@@ -1,17 +1,12 @@
 #pragma once
 // FlatShard: the gradient sync of the fsdp strategy (fsdp.h).
 //
-// Units. The module's trainable parameters are split into units: each
-// lt::FSDPUnit the model declares (fsdp_unit.h; a parameter belongs to the
-// innermost), then, with min_num_params > 0, each submodule holding at least
-// that many parameters not yet in a unit (bottom-up, as PyTorch's
-// size_based_auto_wrap_policy), and the root: the rest. Units are ordered by
-// their first parameter in the module's parameter order. Unit u's parameters
-// are views of one flat buffer `full` of W * S_u elements (S_u = ceil(n_u / W));
-// rank r owns chunk r of it. The rank's chunks of every unit are `shards()`,
-// the optimizer's parameters (one leaf per unit, so its state takes S = sum
-// S_u elements per rank, not N, and a step's temporaries a unit's chunk at a
-// time), end to end in one buffer of S elements.
+// The units, their flat buffers and a rank's shard: flat_units.h. The
+// optimizer's parameters are shards(): one leaf per unit (the rank's chunk,
+// views of one buffer of S elements), so its state takes S elements per rank,
+// not N, and a step's temporaries a unit's chunk at a time. Where the units'
+// bytes live: unit_storage.h; the order of their collectives, learned and
+// then held to: collective_sequence.h. This class wires them to autograd.
 //
 // Freeable units (FULL_SHARD: every unit) keep only their chunk between
 // micro-batches: `full`'s storage is freed (resized to 0 bytes, so that what
@@ -86,7 +81,10 @@
 
 #include <lightning_cpp/plugins/distributed/shard_collectives.h>
 #include <lightning_cpp/plugins/join/gradient_sync.h>
+#include <lightning_cpp/plugins/strategies/fsdp/collective_sequence.h>
+#include <lightning_cpp/plugins/strategies/fsdp/flat_units.h>
 #include <lightning_cpp/plugins/strategies/fsdp/fsdp_unit.h>
+#include <lightning_cpp/plugins/strategies/fsdp/unit_storage.h>
 
 namespace lt {
 
@@ -119,29 +117,21 @@ class FlatShard : public GradientSync, private FSDPUnitHooks {
             FlatShardOptions options);
   ~FlatShard() override;
 
+  // The units: the parameters' partition, over the shard group's ranks.
+  const FlatUnits& units() const { return units_; }
   // This rank's chunk of each unit, in unit order: what the optimizer steps
   // (their gradients: the reduced ones, once a micro-batch reduced them).
   const std::vector<torch::Tensor>& shards() const { return shards_; }
   // The module's trainable parameters, each once, in the module's order.
-  const std::vector<torch::Tensor>& parameters() const { return params_; }
-  // This rank's chunk (S elements) of tensors shaped like parameters().
-  torch::Tensor flatten(const std::vector<torch::Tensor>& whole) const;
+  const std::vector<torch::Tensor>& parameters() const { return units_.parameters(); }
   const ShardCollectives& collectives() const { return collectives_; }
-  // Units: their count and the module paths that head them ("" for the root).
-  std::vector<std::string> unit_names() const;
-  // Unit u's parameters, as indices into parameters(), in its flat buffer's order.
-  const std::vector<size_t>& unit_parameters(size_t u) const;
   // Whether unit u's parameters hold their values on this rank (not freed).
-  bool unit_whole(size_t u) const;
+  bool unit_whole(size_t u) const { return storage_.materialized(u); }
   // A collective, started (ShardCollectives::start_gather): unit u's flat
   // buffer (W * S_u elements) made of every rank's `chunk` of it (S_u
   // elements: shards()[u], or a tensor shaped like it, an optimizer's state;
   // contiguous, alive until the wait) on rank `root`; undefined on the others.
   ShardCollectives::Gathering start_gather_unit(size_t u, const torch::Tensor& chunk, int64_t root) const;
-  // The j-th of unit_parameters(u), shaped like its parameter, as a view of such a flat buffer.
-  torch::Tensor unit_parameter(size_t u, size_t j, const torch::Tensor& flat) const;
-  // Where it starts in such a flat buffer.
-  int64_t unit_parameter_offset(size_t u, size_t j) const;
 
   // Collective: every unit's parameters whole (gathered where freed), until reshard().
   void unshard();
@@ -168,73 +158,61 @@ class FlatShard : public GradientSync, private FSDPUnitHooks {
 
  private:
   class JoinHookImpl;
-  class BlockPool;
-  struct Unit;
-  enum Op : int64_t { kGather = 0, kReduce = 1 };
+  // What one micro-batch did to a unit so far.
+  struct UnitState {
+    bool gathered = true;           // as the sequence sees it (while learning: recorded, not real)
+    size_t ready = 0;               // parameters whose gradient accumulated in this backward
+    bool done = false;              // reduced (or freed) in this backward
+    bool gathered_outside = false;  // gathered for a forward outside a micro-batch (freed after it)
+    torch::Tensor grads;            // W * S_u: where its parameters' gradients accumulate (declared units)
+  };
 
   // -- FSDPUnitHooks ---------------------------------------------------------------------------
   void enter(FSDPUnitBase& unit) override;
   void leave(FSDPUnitBase& unit, const std::vector<torch::Tensor>& outputs) override;
 
-  void build_units(const FlatShardOptions& options);
-  size_t index_of(const FSDPUnitBase& declared) const;
-  // A collective of the sequence as a number, and back.
-  int64_t code(Op op, size_t u) const;
-  Op op_of(int64_t code) const;
-  size_t unit_of(int64_t code) const;
   void pre_backward(size_t u);
   void on_ready(size_t u);
   void end_backward();
-  // One collective of the sequence: issued (or, in the canonical window, recorded).
-  void event(Op op, size_t u);
-  void issue(Op op, size_t u);
+  // One collective of the sequence: issued (or, while it is learned, recorded).
+  void event(UnitOp op, size_t u);
+  void issue(UnitOp op, size_t u);
   // The rest of the sequence, from here, for a rank with no micro-batch.
   void replay(bool reduces);
   void share_sequence(bool has_record);
-  // Unit's `full` given its bytes (not yet their values), where freed.
-  void materialize(Unit& unit);
   void gather(size_t u);
-  // A G of the sequence, the one just before pos_: the prefetched one waited for, or issued; then the next
+  // A G of the sequence, the one just taken: the prefetched one waited for, or issued; then the next
   // started (backward prefetch).
   void sequence_gather(size_t u);
   void reduce(size_t u);
-  // A buffer of W * S_u elements (from the pool on the CPU).
-  torch::Tensor unit_buffer(const Unit& unit) const;
   // The unit's gradients accumulate in one flat buffer, that reduce() hands to the collective as it is.
   void accumulate_in_place(size_t u);
   void free(size_t u);
-  bool canonical() const { return sequence_.empty(); }
+  bool canonical() const { return !sequence_.known(); }
 
   std::shared_ptr<torch::nn::Module> module_;
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
-  ShardCollectives collectives_;                       // over the shard group
+  ShardCollectives collectives_;                            // over the shard group
   c10::intrusive_ptr<c10d::ProcessGroup> replicate_group_;  // HYBRID_SHARD's, else null
-  bool free_parameters_;
-  c10::optional<torch::ScalarType> reduce_dtype_;  // set: gradients reduced in it
+  bool free_parameters_;                                    // every unit freeable (FULL_SHARD)
+  c10::optional<torch::ScalarType> reduce_dtype_;           // set: gradients reduced in it
+  bool backward_prefetch_;
+  FlatUnits units_;
+  UnitStorage storage_;
+  CollectiveSequence sequence_;
   torch::Device device_{torch::kCPU};
-  std::vector<torch::Tensor> params_;
-  std::vector<Unit> units_;
-  std::shared_ptr<BlockPool> pool_;  // the CPU's
-  torch::Tensor shard_data_;         // S: shards_ are views of it
+  std::vector<UnitState> state_;
+  torch::Tensor shard_data_;  // S: shards_ are views of it
   std::vector<torch::Tensor> shards_;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
   std::vector<uintptr_t> hook_keys_;
   c10::intrusive_ptr<c10d::Work> heartbeat_;
   c10::intrusive_ptr<c10d::Work> grad_sync_work_;
 
-  // The sequence of collectives of a micro-batch that reduces (codes op * U + u);
-  // empty until the canonical window ends.
-  std::vector<int64_t> sequence_;
-  size_t backward_start_ = 0;  // the sequence's first collective in backward
-  bool backward_prefetch_ = false;
-  // The G at sequence_[prefetch_pos_ - 1], started (backward prefetch); null when none.
+  // The G at sequence position prefetch_pos_ - 1, started (backward prefetch); null when none.
   c10::intrusive_ptr<c10d::Work> prefetch_;
   size_t prefetch_pos_ = 0;
-  // This micro-batch: recorded (canonical) or checked (after) up to pos_.
-  std::vector<int64_t> record_;
-  size_t pos_ = 0;
   bool in_micro_batch_ = false;
-  bool sync_ = false;       // this micro-batch reduces
   bool shadowing_ = false;  // a padding micro-batch (shadow_forward after before_forward)
   double divisor_ = 1.0;
   size_t canonical_next_ = 0;  // canonical window: units (from the last) reduced so far

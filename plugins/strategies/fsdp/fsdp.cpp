@@ -71,7 +71,7 @@ c10::IValue consolidate(torch::optim::Optimizer& sharded, const FlatShard& flat,
       if (!state_tensors(*chunks[0])[j].defined()) continue;  // undefined for every parameter
       for (size_t u = 0; u < chunks.size(); ++u) {
         DeferredUnit unit{u, state_tensors(*chunks[u])[j], {}};
-        const std::vector<size_t>& params = flat.unit_parameters(u);
+        const std::vector<size_t>& params = flat.units()[u].params;
         for (size_t k = 0; k < params.size(); ++k) {
           torch::Tensor placeholder = deferred_tensor(flat.parameters()[params[k]].sizes(), unit.chunk.options());
           tensors[params[k]][j] = placeholder;
@@ -110,7 +110,7 @@ void reshard(torch::optim::Optimizer& sharded, const FlatShard& flat, const c10:
                      i, " of ", flat.parameters().size(), " (a checkpoint of another model or optimizer?)");
       whole.push_back(state_tensors(static_cast<const State&>(*it->second))[j]);
     }
-    chunks.push_back(whole[0].defined() ? flat.flatten(whole) : torch::Tensor());
+    chunks.push_back(whole[0].defined() ? flat.units().flatten(whole) : torch::Tensor());
   }
   int64_t offset = 0;
   for (const auto& shard : flat.shards()) {
@@ -265,7 +265,7 @@ c10::Dict<std::string, torch::Tensor> FSDPStrategy::module_state(LightningModule
   std::unordered_map<const c10::TensorImpl*, std::pair<size_t, size_t>> freed;  // parameter -> (unit, j)
   for (size_t u = 0; u < flat->shards().size(); ++u) {
     if (flat->unit_whole(u)) continue;
-    const std::vector<size_t>& params = flat->unit_parameters(u);
+    const std::vector<size_t>& params = flat->units()[u].params;
     for (size_t j = 0; j < params.size(); ++j) freed[flat->parameters()[params[j]].unsafeGetTensorImpl()] = {u, j};
   }
   std::map<size_t, DeferredUnit> units;
@@ -354,7 +354,9 @@ void FSDPStrategy::save_checkpoint(const c10::IValue& checkpoint, const std::str
       if (k + 1 < deferred.size()) next = start(k + 1);
       if (!full.defined()) continue;
       const DeferredUnit& unit = deferred[k];
-      for (const auto& [j, placeholder] : unit.placeholders) write(placeholder, flat.unit_parameter(unit.unit, j, full));
+      for (const auto& [j, placeholder] : unit.placeholders) {
+        write(placeholder, flat.units().parameter_view(unit.unit, j, full));
+      }
     }
   };
   if (is_global_zero()) {
@@ -419,7 +421,7 @@ void FSDPStrategy::save_sharded(const c10::IValue& checkpoint, const std::string
       for (size_t k = 0; k < deferred.size(); ++k) {
         for (const auto& [j, placeholder] : deferred[k].placeholders) {
           places.push_back({placeholder, static_cast<int64_t>(k),
-                            flat_shard()->unit_parameter_offset(deferred[k].unit, j)});
+                            flat_shard()->units()[deferred[k].unit].offsets[j]});
         }
       }
       write_sharded_meta(checkpoint, path, files, places);

@@ -99,7 +99,7 @@ struct FSDPStrategyOptions {
 namespace detail {
 // A tensor of a checkpoint that ranks hold in chunks, one unit of it: this
 // rank's chunk (S_u elements) and the placeholders standing for the unit's
-// parameters' values (by their place j in FlatShard::unit_parameters(unit)).
+// parameters' values (by their place j in FlatUnits::at(unit).params).
 struct DeferredUnit {
   size_t unit;
   torch::Tensor chunk;
