@@ -33,6 +33,7 @@
 #include <lightning_cpp/core/rank_zero.h>
 #include <lightning_cpp/core/registry.h>
 #include <lightning_cpp/core/signals.h>
+#include <lightning_cpp/core/version.h>
 #include <lightning_cpp/data/batch_sampler.h>
 #include <lightning_cpp/data/collate.h>
 #include <lightning_cpp/data/data_loader.h>

@@ -3,6 +3,7 @@
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/checkpoint_io.h>
 #include <lightning_cpp/core/lr_scheduler.h>
+#include <lightning_cpp/core/version.h>
 
 namespace lt {
 
@@ -31,7 +32,7 @@ void dump_training_state(StateDict& ckpt, Strategy& strategy, LightningModule& m
   if (StateDict precision = strategy.precision().state_dict(); !precision.empty()) {
     ckpt.insert(strategy.precision().state_key(), precision);  // 16-mixed: the gradient scaler's
   }
-  ckpt.insert("lightning_cpp_version", std::string("0.1.0"));
+  ckpt.insert("lightning_cpp_version", std::string(version()));
   ckpt.insert("rng_states", rng_states());
 }
 
