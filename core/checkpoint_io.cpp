@@ -12,9 +12,7 @@
 #include <future>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <unordered_map>
-#include <sstream>
 #include <utility>
 #include <variant>
 
@@ -23,7 +21,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/serialization/export.h>
 #include <torch/csrc/jit/serialization/import_read.h>
@@ -33,41 +30,9 @@
 
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/files.h>
+#include <lightning_cpp/core/state_dict.h>
 
 namespace lt {
-
-c10::Dict<std::string, torch::Tensor> module_state_dict(const torch::nn::Module& module) {
-  c10::Dict<std::string, torch::Tensor> out;
-  for (const auto& p : module.named_parameters(/*recurse=*/true)) out.insert(p.key(), p.value().detach());
-  for (const auto& b : module.named_buffers(/*recurse=*/true)) out.insert(b.key(), b.value().detach());
-  return out;
-}
-
-void load_module_state_dict(torch::nn::Module& module, const c10::Dict<std::string, torch::Tensor>& state,
-                            bool strict) {
-  torch::NoGradGuard no_grad;
-  std::vector<std::string> missing;
-  size_t matched = 0;
-  auto copy_into = [&](const std::string& name, torch::Tensor& target) {
-    auto it = state.find(name);
-    if (it == state.end()) {
-      missing.push_back(name);
-      return;
-    }
-    const torch::Tensor& source = it->value();
-    LT_CHECK_VALUE(source.sizes() == target.sizes(), "state_dict: '", name, "' has shape ", source.sizes(),
-                   " but the module expects ", target.sizes());
-    copy_elements(source, 0, target);  // a sharded checkpoint's placeholder: read from its rank files
-    ++matched;
-  };
-  for (auto& p : module.named_parameters(true)) copy_into(p.key(), p.value());
-  for (auto& b : module.named_buffers(true)) copy_into(b.key(), b.value());
-  if (strict) {
-    LT_CHECK_VALUE(missing.empty(), "state_dict: missing key(s) ", c10::Join(", ", missing));
-    LT_CHECK_VALUE(matched == state.size(), "state_dict: ", state.size() - matched,
-                   " unexpected key(s) not in the module");
-  }
-}
 
 namespace {
 
@@ -287,30 +252,6 @@ void write_with_libtorch(const std::function<void(const void*, size_t)>& sink, c
 }
 
 }  // namespace
-
-torch::Tensor deferred_tensor(at::IntArrayRef sizes, const torch::TensorOptions& options) {
-  const int64_t numel = c10::multiply_integers(sizes);
-  if (numel == 0) return torch::empty(sizes, options);  // nothing to defer (and no empty placeholder record)
-  const size_t bytes = static_cast<size_t>(numel) * options.dtype().itemsize();
-  c10::Storage storage(c10::Storage::use_byte_size_t(), bytes, at::DataPtr(nullptr, options.device()), nullptr,
-                       /*resizable=*/false);
-  return torch::empty({0}, options).set_(storage, 0, sizes);
-}
-
-bool is_deferred(const torch::Tensor& tensor) {
-  return tensor.defined() && tensor.has_storage() && tensor.storage().nbytes() > 0 &&
-         tensor.storage().data() == nullptr;
-}
-
-std::vector<torch::Tensor> tensor_list(const c10::IValue& list) {
-  LT_CHECK_VALUE(list.isList(), "tensor_list: expected a list of tensors, got a ", list.tagKind());
-  std::vector<torch::Tensor> out;
-  for (const c10::IValue& item : list.toListRef()) {
-    LT_CHECK_VALUE(item.isTensor(), "tensor_list: item ", out.size(), " is a ", item.tagKind(), ", not a tensor");
-    out.push_back(item.toTensor());
-  }
-  return out;
-}
 
 namespace {
 
@@ -888,15 +829,18 @@ class RankFiles {
   std::vector<std::vector<torch::Tensor>> parts_;
 };
 
-// What a placeholder of a sharded checkpoint read with placeholders holds in
-// its DataPtr's context: where its elements are.
-struct PlacedValue {
-  std::shared_ptr<RankFiles> files;
-  int64_t part;
-  int64_t offset;
-};
-void delete_placed(void* placed) { delete static_cast<PlacedValue*>(placed); }
+// Where the elements of a placeholder of a sharded checkpoint read with placeholders are.
+class PlacedValue : public DeferredSource {
+ public:
+  PlacedValue(std::shared_ptr<RankFiles> files, int64_t part, int64_t offset)
+      : files_(std::move(files)), part_(part), offset_(offset) {}
+  void read(int64_t begin, const torch::Tensor& out) const override { files_->read(part_, offset_ + begin, out); }
 
+ private:
+  std::shared_ptr<RankFiles> files_;
+  int64_t part_;
+  int64_t offset_;
+};
 c10::IValue load_sharded(const std::string& dir, bool placeholders) {
   namespace fs = std::filesystem;
   auto meta = std::make_shared<CheckedCheckpoint>((fs::path(dir) / kMetaFile).string());
@@ -907,7 +851,7 @@ c10::IValue load_sharded(const std::string& dir, bool placeholders) {
     if (it == table.places.end()) meta->corrupt(c10::str("record 'data/", key, "' is neither in it nor placed in a rank file"));
     const auto [part, offset, numel] = it->second;
     if (placeholders) {
-      return at::DataPtr(nullptr, new PlacedValue{files, part, offset}, &delete_placed, at::Device(at::kCPU));
+      return deferred_data(std::make_unique<PlacedValue>(files, part, offset), at::Device(at::kCPU));
     }
     torch::Tensor value = files->view(part, offset, numel);
     if (!value.defined()) {
@@ -928,29 +872,6 @@ c10::IValue pickle_load_file(const std::string& path, bool placeholders) {
   return load_archive(std::make_shared<CheckedCheckpoint>(path));
 }
 
-void copy_elements(const torch::Tensor& value, int64_t begin, const torch::Tensor& dst) {
-  torch::NoGradGuard no_grad;
-  if (!is_deferred(value)) {
-    dst.copy_(value.reshape(-1).narrow(0, begin, dst.numel()).view(dst.sizes()));
-    return;
-  }
-  const at::DataPtr& data = value.storage().data_ptr();
-  LT_INTERNAL_ASSERT(data.get_deleter() == &delete_placed && value.is_contiguous(),
-                     "copy_elements: a placeholder that no sharded checkpoint's load made");
-  const auto* placed = static_cast<const PlacedValue*>(data.get_context());
-  const bool direct = dst.is_contiguous() && dst.dtype() == value.dtype();
-  const torch::Tensor out = direct ? dst : torch::empty(dst.sizes(), value.options());
-  placed->files->read(placed->part, placed->offset + value.storage_offset() + begin, out.view(-1));
-  if (!direct) dst.copy_(out);
-}
-
-torch::Tensor materialized(const torch::Tensor& value) {
-  if (!is_deferred(value)) return value;
-  torch::Tensor out = torch::empty(value.sizes(), value.options());
-  copy_elements(value, 0, out);
-  return out;
-}
-
 void check_checkpoint_file(const std::string& path) {
   if (!is_sharded_checkpoint(path)) return CheckedCheckpoint(path).check_the_rest();
   namespace fs = std::filesystem;
@@ -959,54 +880,8 @@ void check_checkpoint_file(const std::string& path) {
   for (const std::string& file : sharded_table(meta).files) CheckedCheckpoint(rank_file(path, file)).check_the_rest();
 }
 
-c10::Dict<std::string, torch::Tensor> state_dict_from(const c10::IValue& loaded, const std::string& path) {
-  LT_CHECK_VALUE(loaded.isGenericDict(), "'", path, "' holds no state_dict (not a dict)");
-  auto dict = loaded.toGenericDict();
-  // A lightning-cpp (or Lightning) checkpoint nests the weights under "state_dict".
-  if (dict.contains("state_dict") && dict.at("state_dict").isGenericDict()) dict = dict.at("state_dict").toGenericDict();
-  c10::Dict<std::string, torch::Tensor> weights;
-  for (const auto& kv : dict) {
-    LT_CHECK_VALUE(kv.key().isString() && kv.value().isTensor(), "'", path,
-                   "' is not a state_dict: expected {name: tensor}, found a ", kv.value().tagKind(), " entry");
-    weights.insert(kv.key().toStringRef(), kv.value().toTensor());
-  }
-  return weights;
-}
-
 void load_weights(torch::nn::Module& module, const std::string& path, bool strict) {
   load_module_state_dict(module, state_dict_from(pickle_load_file(path), path), strict);
-}
-
-torch::Tensor optimizer_to_bytes(torch::optim::Optimizer& optimizer) {
-  torch::serialize::OutputArchive archive;
-  optimizer.save(archive);
-  std::ostringstream os;
-  archive.save_to(os);
-  const std::string s = os.str();
-  return torch::from_blob(const_cast<char*>(s.data()), {static_cast<int64_t>(s.size())}, torch::kUInt8).clone();
-}
-
-void optimizer_from_bytes(torch::optim::Optimizer& optimizer, const torch::Tensor& bytes) {
-  const auto contiguous = bytes.contiguous();
-  std::istringstream is(std::string(static_cast<const char*>(contiguous.data_ptr()), contiguous.numel()));
-  torch::serialize::InputArchive archive;
-  archive.load_from(is);
-  optimizer.load(archive);
-}
-
-StateDict rng_states() {
-  auto gen = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  StateDict rng = new_state_dict();
-  rng.insert("torch", gen.get_state());
-  return rng;
-}
-
-void load_rng_states(const StateDict& states) {
-  if (!states.contains("torch")) return;
-  auto gen = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  gen.set_state(states.at("torch").toTensor());
 }
 
 }  // namespace lt

@@ -26,37 +26,16 @@
 
 #include <torch/torch.h>
 
+#include <lightning_cpp/core/deferred_tensor.h>
+#include <lightning_cpp/core/optimizer_state.h>
+#include <lightning_cpp/core/state_dict.h>
 #include <lightning_cpp/core/types.h>
 
 namespace lt {
 
-// Parameters and buffers by their dotted names, like nn.Module.state_dict().
-c10::Dict<std::string, torch::Tensor> module_state_dict(const torch::nn::Module& module);
-// Copies tensors into the module's parameters and buffers; strict: every name must match.
-void load_module_state_dict(torch::nn::Module& module, const c10::Dict<std::string, torch::Tensor>& state,
-                            bool strict = true);
-
 // Loads a module's weights from `path`: a lightning-cpp checkpoint (its
 // "state_dict") or a bare state_dict saved by Python's torch.save(model.state_dict()).
 void load_weights(torch::nn::Module& module, const std::string& path, bool strict = true);
-// The {name -> tensor} dict inside `loaded` (a checkpoint or a bare state_dict).
-c10::Dict<std::string, torch::Tensor> state_dict_from(const c10::IValue& loaded, const std::string& path);
-
-// Tensors whose values reach the file while it is written. A sharding
-// strategy's checkpoint holds a placeholder (deferred_tensor: the shape,
-// dtype and device, no bytes) for each tensor a rank holds only a part of;
-// the save writes everything else, then calls the DeferredValues once, which
-// hands over each placeholder's value (gathered a unit at a time), so that no
-// rank ever holds the whole model. Reading a placeholder's data is an error
-// of the caller (it has none); `is_deferred` tells one.
-torch::Tensor deferred_tensor(at::IntArrayRef sizes, const torch::TensorOptions& options);
-bool is_deferred(const torch::Tensor& tensor);
-// write(placeholder, value): value has the placeholder's shape and dtype. A
-// DeferredValues is called on every rank (its gathers are collectives); only
-// the writing rank's write() writes, the others' ignore what they are given.
-using DeferredWrite = std::function<void(const torch::Tensor& placeholder, const torch::Tensor& value)>;
-using DeferredValues = std::function<void(const DeferredWrite& write)>;
-
 // Writes `value` to `path` atomically (core/files.h's FileReplacement: a
 // failure names the file and the OS error, and leaves `path` as it was),
 // streamed: each tensor goes to the file from its own memory, so the file is
@@ -80,16 +59,6 @@ void write_pickle_archive(const c10::IValue& value, const std::function<void(con
 // there: each is a placeholder (is_deferred) that copy_elements reads from
 // them, so that a rank reads only the parts it needs.
 c10::IValue pickle_load_file(const std::string& path, bool placeholders = false);
-// The tensors of a list that pickle_load_file read. The archive holds plain
-// pickle lists, as Python's torch.save writes them, so a list saved as a
-// c10::List<torch::Tensor> reads back as a list of any type, which
-// IValue::toTensorVector() refuses; this takes both.
-std::vector<torch::Tensor> tensor_list(const c10::IValue& list);
-// Copies elements [begin, begin + dst.numel()) of `value` (contiguous, its
-// elements in order) into `dst`: read from its checkpoint's rank files where
-// `value` is such a placeholder. materialized(value): all of them, as a tensor.
-void copy_elements(const torch::Tensor& value, int64_t begin, const torch::Tensor& dst);
-torch::Tensor materialized(const torch::Tensor& value);
 void check_checkpoint_file(const std::string& path);
 
 // A sharded checkpoint (fsdp's state_dict_type sharded) is a folder: a file
@@ -116,15 +85,5 @@ std::string shard_file_name(int64_t rank, int64_t world_size, uint64_t token);
 // `dir`), then removes the rank files of earlier saves.
 void write_sharded_meta(const c10::IValue& value, const std::string& dir, const std::vector<std::string>& files,
                         const std::vector<ShardedPlace>& places);
-
-// A checkpoint's "rng_states" (torch's CPU generator, which dropout and
-// friends draw from: a resumed run continues its stream), and back.
-StateDict rng_states();
-void load_rng_states(const StateDict& states);
-
-// Optimizer state as bytes (LibTorch's archive format) and back: what
-// core/optimizer_state.h keeps for an optimizer PyTorch's layout does not name.
-torch::Tensor optimizer_to_bytes(torch::optim::Optimizer& optimizer);
-void optimizer_from_bytes(torch::optim::Optimizer& optimizer, const torch::Tensor& bytes);
 
 }  // namespace lt
