@@ -46,7 +46,9 @@ c10::Dict<std::string, torch::Tensor> state_dict_from(const c10::IValue& loaded,
   LT_CHECK_VALUE(loaded.isGenericDict(), "'", path, "' holds no state_dict (not a dict)");
   auto dict = loaded.toGenericDict();
   // A lightning-cpp (or Lightning) checkpoint nests the weights under "state_dict".
-  if (dict.contains("state_dict") && dict.at("state_dict").isGenericDict()) dict = dict.at("state_dict").toGenericDict();
+  if (dict.contains("state_dict") && dict.at("state_dict").isGenericDict()) {
+    dict = dict.at("state_dict").toGenericDict();
+  }
   c10::Dict<std::string, torch::Tensor> weights;
   for (const auto& kv : dict) {
     LT_CHECK_VALUE(kv.key().isString() && kv.value().isTensor(), "'", path,

@@ -25,8 +25,12 @@ namespace lt::detail {
 namespace {
 
 uint16_t le16(const unsigned char* p) { return static_cast<uint16_t>(p[0] | p[1] << 8); }
-uint32_t le32(const unsigned char* p) { return static_cast<uint32_t>(le16(p)) | static_cast<uint32_t>(le16(p + 2)) << 16; }
-uint64_t le64(const unsigned char* p) { return static_cast<uint64_t>(le32(p)) | static_cast<uint64_t>(le32(p + 4)) << 32; }
+uint32_t le32(const unsigned char* p) {
+  return static_cast<uint32_t>(le16(p)) | static_cast<uint32_t>(le16(p + 2)) << 16;
+}
+uint64_t le64(const unsigned char* p) {
+  return static_cast<uint64_t>(le32(p)) | static_cast<uint64_t>(le32(p + 4)) << 32;
+}
 
 uint32_t crc(const void* data, size_t n, uLong c = crc32(0, nullptr, 0)) {
   for (size_t done = 0; done < n;) {  // zlib's length is 32 bits
@@ -223,7 +227,10 @@ void CheckedReader::map_file() {
   mapping_->size = size_;
   for (const auto& [data, record] : records_) by_name_.emplace(record.name, data);
   // The archive's folder, as LibTorch's reader takes it: its first record's ("archive/data/0": "archive/").
-  if (!records_.empty()) archive_prefix_ = records_.begin()->second.name.substr(0, records_.begin()->second.name.find('/') + 1);
+  if (!records_.empty()) {
+    const std::string& first = records_.begin()->second.name;
+    archive_prefix_ = first.substr(0, first.find('/') + 1);
+  }
 }
 
 }  // namespace lt::detail

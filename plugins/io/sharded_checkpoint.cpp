@@ -192,7 +192,9 @@ c10::IValue load_sharded(const std::string& dir, bool placeholders) {
   auto files = std::make_shared<RankFiles>(dir, table.files);
   auto elsewhere = [&](const std::string& key) -> at::DataPtr {
     auto it = table.places.find(key);
-    if (it == table.places.end()) meta->corrupt(c10::str("record 'data/", key, "' is neither in it nor placed in a rank file"));
+    if (it == table.places.end()) {
+      meta->corrupt(c10::str("record 'data/", key, "' is neither in it nor placed in a rank file"));
+    }
     const auto [part, offset, numel] = it->second;
     if (placeholders) {
       return deferred_data(std::make_unique<PlacedValue>(files, part, offset), at::Device(at::kCPU));

@@ -35,7 +35,8 @@ TEST(StoredZipWriter, WritesTheRecordsLibTorchsWriterWrites) {
       {"data/0", pattern(1001, 1)}, {"data/1", pattern(64, 2)}, {"data/2", pattern(size_t{9} << 20, 3)},
       {"data.pkl", pattern(37, 4)}};
   std::string ours, theirs;
-  StoredZipWriter zip("archive", [&](const void* data, size_t size) { ours.append(static_cast<const char*>(data), size); });
+  auto append = [&](const void* data, size_t size) { ours.append(static_cast<const char*>(data), size); };
+  StoredZipWriter zip("archive", append);
   for (const auto& [name, bytes] : records) zip.record(name, bytes.data(), bytes.size());
   // LibTorch's writer writes its version record itself, at its end.
   const std::string version = std::to_string(caffe2::serialize::kMinProducedFileFormatVersion) + "\n";
@@ -59,7 +60,8 @@ TEST(StoredZipWriter, WritesTheRecordsLibTorchsWriterWrites) {
 
 TEST(StoredZipWriter, ItsDirectoryEndsTheArchiveWithMinizsZip64Records) {
   std::string ours;
-  StoredZipWriter zip("archive", [&](const void* data, size_t size) { ours.append(static_cast<const char*>(data), size); });
+  auto append = [&](const void* data, size_t size) { ours.append(static_cast<const char*>(data), size); };
+  StoredZipWriter zip("archive", append);
   const std::string bytes = pattern(100, 5);
   zip.record("data/0", bytes.data(), bytes.size());
   zip.record("version", "3\n", 2);
