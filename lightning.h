@@ -24,15 +24,16 @@
 #include <lightning_cpp/callbacks/timer.h>
 #include <lightning_cpp/cli/cli.h>
 #include <lightning_cpp/core/check.h>
-#include <lightning_cpp/core/checkpoint_io.h>
 #include <lightning_cpp/core/cpu.h>
 #include <lightning_cpp/core/data_module.h>
+#include <lightning_cpp/core/deferred_tensor.h>
 #include <lightning_cpp/core/fused_optimizer.h>
 #include <lightning_cpp/core/lightning_module.h>
 #include <lightning_cpp/core/optimizer_state.h>
 #include <lightning_cpp/core/rank_zero.h>
 #include <lightning_cpp/core/registry.h>
 #include <lightning_cpp/core/signals.h>
+#include <lightning_cpp/core/state_dict.h>
 #include <lightning_cpp/core/version.h>
 #include <lightning_cpp/data/batch_sampler.h>
 #include <lightning_cpp/data/collate.h>
@@ -45,6 +46,8 @@
 #include <lightning_cpp/loggers/csv.h>
 #include <lightning_cpp/loggers/logger_collection.h>
 #include <lightning_cpp/loggers/tensorboard.h>
+#include <lightning_cpp/plugins/io/sharded_checkpoint.h>
+#include <lightning_cpp/plugins/io/torch_plugin.h>
 #include <lightning_cpp/plugins/launchers/error_file.h>
 #include <lightning_cpp/plugins/precision/precision.h>
 #include <lightning_cpp/plugins/strategies/ddp/ddp.h>

@@ -11,7 +11,8 @@
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/files.h>
 #include <lightning_cpp/core/rank_zero.h>
-#include <lightning_cpp/core/checkpoint_io.h>
+#include <lightning_cpp/plugins/io/sharded_checkpoint.h>
+#include <lightning_cpp/plugins/io/torch_plugin.h>
 #include <lightning_cpp/trainer/trainer.h>
 
 namespace lt {
@@ -307,9 +308,7 @@ void ModelCheckpoint::write(Trainer& trainer, const std::string& path) {
 }
 
 void ModelCheckpoint::remove(Trainer& trainer, const std::string& path) {
-  if (!trainer.is_global_zero()) return;
-  std::error_code ec;
-  fs::remove_all(path, ec);  // a sharded checkpoint is a folder
+  trainer.strategy().remove_checkpoint(path);  // global rank 0, through the strategy's CheckpointIO
 }
 
 std::string ModelCheckpoint::checkpoint_path(const std::string& which) const {

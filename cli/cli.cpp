@@ -19,10 +19,10 @@
 #include <lightning_cpp/loggers/logger_collection.h>
 #include <lightning_cpp/loops/fit_loop.h>
 #include <lightning_cpp/plugins/environments/cluster_environment.h>
+#include <lightning_cpp/plugins/io/torch_plugin.h>
 #include <lightning_cpp/plugins/launchers/error_file.h>
 #include <lightning_cpp/plugins/strategies/registration.h>
 #include <lightning_cpp/plugins/join/join_compatibility.h>
-#include <lightning_cpp/core/checkpoint_io.h>
 #include <lightning_cpp/trainer/trainer.h>
 
 namespace lt::cli {

@@ -2,12 +2,16 @@
 
 #include <algorithm>
 #include <memory>
+#include <sstream>
+#include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include <torch/serialize/archive.h>
+
 #include <lightning_cpp/core/check.h>
-#include <lightning_cpp/core/checkpoint_io.h>
+#include <lightning_cpp/core/deferred_tensor.h>
 #include <lightning_cpp/core/types.h>
 
 namespace lt {
@@ -313,6 +317,23 @@ void load_optimizer_state_dict(Optimizer& optimizer, const c10::IValue& state, c
   LT_CHECK_VALUE(with_known_type<Load>(optimizer, state.toGenericDict(), where, copy), where,
                  " is PyTorch's layout, which lightning-cpp reads for SGD, Adam, AdamW, RMSprop and Adagrad; "
                  "this optimizer is none of them");
+}
+
+torch::Tensor optimizer_to_bytes(torch::optim::Optimizer& optimizer) {
+  torch::serialize::OutputArchive archive;
+  optimizer.save(archive);
+  std::ostringstream os;
+  archive.save_to(os);
+  const std::string s = os.str();
+  return torch::from_blob(const_cast<char*>(s.data()), {static_cast<int64_t>(s.size())}, torch::kUInt8).clone();
+}
+
+void optimizer_from_bytes(torch::optim::Optimizer& optimizer, const torch::Tensor& bytes) {
+  const auto contiguous = bytes.contiguous();
+  std::istringstream is(std::string(static_cast<const char*>(contiguous.data_ptr()), contiguous.numel()));
+  torch::serialize::InputArchive archive;
+  archive.load_from(is);
+  optimizer.load(archive);
 }
 
 }  // namespace lt

@@ -37,6 +37,11 @@ c10::IValue optimizer_state_dict(torch::optim::Optimizer& optimizer);
 void load_optimizer_state_dict(torch::optim::Optimizer& optimizer, const c10::IValue& state, const std::string& where,
                                bool copy = true);
 
+// Optimizer state as bytes (LibTorch's archive format) and back: what a
+// checkpoint keeps for an optimizer PyTorch's layout does not name.
+torch::Tensor optimizer_to_bytes(torch::optim::Optimizer& optimizer);
+void optimizer_from_bytes(torch::optim::Optimizer& optimizer, const torch::Tensor& bytes);
+
 // The key of a parameter's state in LibTorch's optimizer.state(): the
 // parameter's TensorImpl, as a string under LibTorch 1.13, as a pointer under 2.x.
 using OptimizerStateKey = std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>::key_type;

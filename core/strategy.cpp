@@ -3,10 +3,10 @@
 #include <cmath>
 
 #include <lightning_cpp/core/check.h>
-#include <lightning_cpp/core/checkpoint_io.h>
 #include <lightning_cpp/core/fused_optimizer.h>
 #include <lightning_cpp/core/lightning_module.h>
 #include <lightning_cpp/core/optimizer_state.h>
+#include <lightning_cpp/core/state_dict.h>
 
 namespace lt {
 
@@ -105,12 +105,28 @@ bool Strategy::all_finite(const std::vector<torch::Tensor>& tensors) {
   return sums.empty() || std::isfinite(torch::stack(sums).sum().item<float>());
 }
 
+void Strategy::set_checkpoint_io(std::shared_ptr<CheckpointIO> checkpoint_io) {
+  LT_CHECK(checkpoint_io != nullptr, "Strategy::set_checkpoint_io: null");
+  checkpoint_io_ = std::move(checkpoint_io);
+}
+
+CheckpointIO& Strategy::checkpoint_io() const {
+  LT_CHECK(checkpoint_io_ != nullptr, "strategy ", name(), " has no CheckpointIO: the Trainer and Fabric give it ",
+           "lt::TorchCheckpointIO; outside them call set_checkpoint_io (plugins/io/torch_plugin.h)");
+  return *checkpoint_io_;
+}
+
 void Strategy::save_checkpoint(const c10::IValue& checkpoint, const std::string& path) {
-  if (is_global_zero()) atomic_pickle_save(checkpoint, path);
+  CheckpointIO& io = checkpoint_io();  // on every rank: none throws alone and leaves the others at the barrier
+  if (is_global_zero()) io.save_checkpoint(checkpoint, path);
   barrier("save_checkpoint");
 }
 
-c10::IValue Strategy::load_checkpoint(const std::string& path) { return pickle_load_file(path); }
+c10::IValue Strategy::load_checkpoint(const std::string& path) { return checkpoint_io().load_checkpoint(path); }
+
+void Strategy::remove_checkpoint(const std::string& path) {
+  if (is_global_zero()) checkpoint_io().remove_checkpoint(path);
+}
 
 torch::Tensor Strategy::reduce(const torch::Tensor& tensor, ReduceOp /*op*/) { return tensor; }
 

@@ -13,6 +13,7 @@
 
 #include <torch/torch.h>
 
+#include <lightning_cpp/core/checkpoint_plugin.h>
 #include <lightning_cpp/core/join_support.h>
 #include <lightning_cpp/core/lightning_module.h>
 #include <lightning_cpp/core/precision.h>
@@ -190,12 +191,15 @@ class Strategy {
   // learn whether any found one.
   virtual bool all_finite(const std::vector<torch::Tensor>& tensors);
   // Writes the checkpoint every rank dumped (which rank writes what: here
-  // global rank 0 writes the whole file), then every rank waits for it.
+  // global rank 0 writes the whole file, through checkpoint_io()), then every
+  // rank waits for it.
   virtual void save_checkpoint(const c10::IValue& checkpoint, const std::string& path);
-  // Reads a checkpoint a run resumes from (Lightning's load_checkpoint): here
-  // pickle_load_file's; a sharding strategy leaves a sharded checkpoint's
+  // Reads a checkpoint a run resumes from (Lightning's load_checkpoint):
+  // checkpoint_io()'s; a sharding strategy leaves a sharded checkpoint's
   // values placeholders its loads read their parts of.
   virtual c10::IValue load_checkpoint(const std::string& path);
+  // Removes a checkpoint (ModelCheckpoint's older ones): global rank 0, through checkpoint_io().
+  virtual void remove_checkpoint(const std::string& path);
 
   // -- collectives (identity in one process) -------------------------------------
   virtual torch::Tensor reduce(const torch::Tensor& tensor, ReduceOp op = ReduceOp::kMean);
@@ -209,6 +213,14 @@ class Strategy {
   // all=true: true iff every rank decided true; all=false: true iff any did.
   virtual bool reduce_boolean_decision(bool decision, bool all = true);
 
+  // -- checkpoint I/O (Lightning's strategy.checkpoint_io, which the strategy owns) --
+  // The Trainer and Fabric give a strategy without one lt::TorchCheckpointIO
+  // (plugins/io/torch_plugin.h); set another before the run to change the format.
+  void set_checkpoint_io(std::shared_ptr<CheckpointIO> checkpoint_io);
+  bool has_checkpoint_io() const { return checkpoint_io_ != nullptr; }
+  // Throws lt::Error where none was set.
+  CheckpointIO& checkpoint_io() const;
+
   // -- precision (Lightning's precision plugin, which the strategy owns) ---------
   void set_precision(std::shared_ptr<Precision> precision);
   const Precision& precision() const { return *precision_; }
@@ -218,6 +230,7 @@ class Strategy {
 
  private:
   std::shared_ptr<Precision> precision_ = std::make_shared<FullPrecision>();
+  std::shared_ptr<CheckpointIO> checkpoint_io_;
 };
 
 // The smallest and the largest of the ranks' `local` counts (a collective:

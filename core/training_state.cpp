@@ -1,8 +1,8 @@
 #include <lightning_cpp/core/training_state.h>
 
 #include <lightning_cpp/core/check.h>
-#include <lightning_cpp/core/checkpoint_io.h>
 #include <lightning_cpp/core/lr_scheduler.h>
+#include <lightning_cpp/core/state_dict.h>
 #include <lightning_cpp/core/version.h>
 
 namespace lt {

@@ -1,9 +1,31 @@
 #pragma once
-// The part of a checkpoint (core/checkpoint_io.h's layout) that every driver
-// of a run writes and reads alike, the Trainer and Fabric: the module's and
-// optimizers' state through the strategy (consolidated where sharded), the
-// scheduler, the precision's state, the counters and the RNG. What only one
-// driver has (callbacks, the logger, hparams) it adds itself.
+// What a checkpoint holds. The file format is the strategy's CheckpointIO's
+// (core/checkpoint_plugin.h; by default torch.save's, plugins/io/torch_plugin.h),
+// so Python reads it with torch.load and `ckpt["state_dict"]` is what
+// nn.Module.load_state_dict takes:
+//   {"state_dict": {param/buffer name -> tensor},   # names as PyTorch uses them
+//    "epoch": int, "global_step": int,               # epoch: current_epoch when saved (Lightning's)
+//    "epoch_finished": bool,                           # saved at that epoch's end: resume at the next
+//    "optimizer": {"state": ..., "param_groups": [...]}, # PyTorch's optimizer.state_dict()
+//                                                    # (core/optimizer_state.h); "optimizer_1"... under
+//                                                    # manual optimization's several optimizers
+//    "lr_scheduler": {...}, "callbacks": {state_key -> {...}},
+//    "MixedPrecision": {...},                          # 16-mixed: GradScaler.state_dict(), as Lightning
+//    "hparams": {str -> bool|int|float|str},          # typed, as the module set them
+//    "lightning_cpp_version": str,
+//    "rng_states": {"torch": uint8 tensor},           # torch's CPU generator
+//    "lr_scheduler_epoch_step_pending": bool,          # see Trainer::restore_checkpoint
+//    "epoch_iteration": int,                           # mid-epoch: iterations done
+//    "world_size": int,                                # the ranks that wrote it
+//    "epoch_samples": {...},                           # mid-epoch: the samples trained (data/epoch_samples.h)
+//    "logger": {...}}                                  # Logger::state_dict (rank 0's)
+// Callbacks add to it in on_save_checkpoint.
+// This file writes and reads the part every driver of a run has alike, the
+// Trainer and Fabric: the module's and optimizers' state through the
+// strategy (consolidated where sharded), the scheduler, the precision's
+// state, the counters and the RNG. What only one driver has (callbacks, the
+// logger, hparams, epoch_samples) it adds itself (trainer/checkpoint.cpp,
+// fabric/fabric.cpp).
 
 #include <string>
 

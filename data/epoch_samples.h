@@ -9,7 +9,7 @@
 //                     "trained": uint8[n] (1: trained this epoch, by any rank),
 //                     "dealt": uint8[n] (where the epoch was dealt after a
 //                              resume: what was trained before it)}
-// beside the "world_size" every checkpoint holds (core/checkpoint_io.h).
+// beside the "world_size" every checkpoint holds (core/training_state.h).
 // Over a stream whose length() gives each of the epoch's streams' counts:
 //   "epoch_samples": {"stream_layout": int64[2] (num_replicas, num_workers of
 //                                      the epoch's streams),

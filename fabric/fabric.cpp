@@ -3,10 +3,10 @@
 #include <optional>
 
 #include <lightning_cpp/core/check.h>
-#include <lightning_cpp/core/checkpoint_io.h>
 #include <lightning_cpp/core/signals.h>
 #include <lightning_cpp/core/training_state.h>
 #include <lightning_cpp/data/data_loader.h>
+#include <lightning_cpp/plugins/io/torch_plugin.h>
 #include <lightning_cpp/plugins/precision/precision.h>
 #include <lightning_cpp/plugins/strategies/registration.h>
 
@@ -52,6 +52,7 @@ Fabric::Fabric(FabricOptions options) : options_(std::move(options)) {
   trainer_options_.validate();
   strategy_ = options_.strategy() ? options_.strategy() : make_strategy(trainer_options_);
   strategy_->set_precision(make_precision(options_.precision(), trainer_options_.device_type()));
+  if (!strategy_->has_checkpoint_io()) strategy_->set_checkpoint_io(std::make_shared<TorchCheckpointIO>());
 }
 
 Fabric::~Fabric() = default;

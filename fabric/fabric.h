@@ -155,7 +155,7 @@ class Fabric {
   int64_t global_step() const { return state_.global_step; }
   // The signal that stopped the last epoch early (JoinEpoch::stopped), or 0.
   int interrupted() const { return state_.interrupted_by; }
-  // A checkpoint in the Trainer's format (core/checkpoint_io.h): the module,
+  // A checkpoint in the Trainer's format (core/training_state.h): the module,
   // the optimizers and the scheduler from setup, the epoch, global_step, the
   // RNG state, and `extra`'s entries; Trainer::fit(..., ckpt_path) resumes
   // from it, and load() from the Trainer's. Between join() epochs (not inside

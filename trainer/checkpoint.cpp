@@ -1,11 +1,11 @@
-// The Trainer's checkpoints: what a checkpoint holds (dump_checkpoint) and how
-// a run restores it; the file format is core/checkpoint_io.h's.
-#include <lightning_cpp/core/checkpoint_io.h>
+// The Trainer's checkpoints: what a checkpoint holds (dump_checkpoint; the
+// layout is core/training_state.h's) and how a run restores it; the file
+// format is the strategy's CheckpointIO's (core/checkpoint_plugin.h).
+#include <lightning_cpp/trainer/trainer.h>
 
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/training_state.h>
 #include <lightning_cpp/data/epoch_samples.h>
-#include <lightning_cpp/trainer/trainer.h>
 
 namespace lt {
 

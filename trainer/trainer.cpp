@@ -20,9 +20,9 @@
 #include <lightning_cpp/loggers/tensorboard.h>
 #include <lightning_cpp/plugins/environments/cluster_environment.h>
 #include <lightning_cpp/plugins/environments/torchrun.h>
+#include <lightning_cpp/plugins/io/torch_plugin.h>
 #include <lightning_cpp/plugins/precision/precision.h>
 #include <lightning_cpp/plugins/strategies/registration.h>
-#include <lightning_cpp/core/checkpoint_io.h>
 
 namespace lt {
 
@@ -73,6 +73,8 @@ Trainer::Trainer(TrainerOptions options)
   } else {
     strategy_->set_precision(make_precision(options_.precision(), options_.device_type()));
   }
+  // Lightning's default (Strategy.checkpoint_io); a strategy given another keeps it.
+  if (!strategy_->has_checkpoint_io()) strategy_->set_checkpoint_io(std::make_shared<TorchCheckpointIO>());
 }
 
 Trainer::~Trainer() = default;

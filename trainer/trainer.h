@@ -111,7 +111,7 @@ class Trainer {
   OptimizerConfig* optimizer_config() { return optim_.optimizer ? &optim_ : nullptr; }
 
   // -- checkpoints (trainer/checkpoint.cpp) ------------------------------------
-  // Everything a resume needs; see core/checkpoint_io.h for the layout.
+  // Everything a resume needs; see core/training_state.h for the layout.
   StateDict dump_checkpoint();
   void save_checkpoint(const std::string& path);
   // Returns the checkpoint's dict.

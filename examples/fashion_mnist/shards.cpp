@@ -26,9 +26,9 @@
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/signals.h>
 #include <lightning_cpp/data/sampler.h>
+#include <lightning_cpp/plugins/io/torch_plugin.h>
 #include <lightning_cpp/plugins/launchers/error_file.h>
 #include <lightning_cpp/plugins/strategies/ddp/ddp.h>
-#include <lightning_cpp/core/checkpoint_io.h>
 #include <lightning_cpp/trainer/trainer.h>
 
 #include "fashion_mnist/fashion_mnist.h"

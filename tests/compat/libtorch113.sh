@@ -21,7 +21,7 @@ mkdir -p "$work"
 cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTorch_DIR="$torch_dir" \
   -DLT_BUILD_BENCH=OFF > "$work/configure.log"
 grep "lightning-cpp: LibTorch" "$work/configure.log"
-binaries=(join_test checkpoint_test torchrun_test launcher_test lightning-cpp)
+binaries=(join_test checkpoint_test io_test torchrun_test launcher_test lightning-cpp)
 cmake --build "$build" --target "${binaries[@]}"
 # Every test of those binaries; the others of the tree are not built there.
 ctest --test-dir "$build" --output-on-failure -j2 -E '_NOT_BUILT$|^(Docs|Example|Architecture|Oracles)\.'

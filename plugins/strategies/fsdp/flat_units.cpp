@@ -6,7 +6,7 @@
 #include <utility>
 
 #include <lightning_cpp/core/check.h>
-#include <lightning_cpp/core/checkpoint_io.h>
+#include <lightning_cpp/core/deferred_tensor.h>
 
 namespace lt {
 

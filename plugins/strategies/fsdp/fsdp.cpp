@@ -10,8 +10,10 @@
 #include <unordered_set>
 
 #include <lightning_cpp/core/check.h>
-#include <lightning_cpp/core/checkpoint_io.h>
+#include <lightning_cpp/core/deferred_tensor.h>
 #include <lightning_cpp/core/optimizer_state.h>
+#include <lightning_cpp/plugins/io/sharded_checkpoint.h>
+#include <lightning_cpp/plugins/io/torch_plugin.h>
 #include <lightning_cpp/plugins/strategies/ddp/distributed_data_parallel.h>
 
 namespace lt {
@@ -361,7 +363,7 @@ void FSDPStrategy::save_checkpoint(const c10::IValue& checkpoint, const std::str
   };
   if (is_global_zero()) {
     try {
-      atomic_pickle_save(checkpoint, path, values);
+      checkpoint_io().save_checkpoint(checkpoint, path, values);
     } catch (...) {
       if (!gathered) values([](const torch::Tensor&, const torch::Tensor&) {});
       throw;
@@ -373,7 +375,7 @@ void FSDPStrategy::save_checkpoint(const c10::IValue& checkpoint, const std::str
 }
 
 c10::IValue FSDPStrategy::load_checkpoint(const std::string& path) {
-  return pickle_load_file(path, /*placeholders=*/flat_shard() != nullptr);
+  return checkpoint_io().load_checkpoint(path, /*placeholders=*/flat_shard() != nullptr);
 }
 
 void FSDPStrategy::save_sharded(const c10::IValue& checkpoint, const std::string& path,

@@ -31,13 +31,13 @@
 // state that of the unsharded optimizer in PyTorch's layout; loading
 // reshards it, from a checkpoint of any world size or strategy. In the dict
 // a checkpoint's hooks see, the tensors a rank holds only chunks of (freed
-// parameters, the optimizer's state) are placeholders (core/checkpoint_io.h's
+// parameters, the optimizer's state) are placeholders (core/deferred_tensor.h's
 // deferred_tensor: shape and dtype, no bytes). state_dict_type full (the
 // default): save_checkpoint gathers them to global rank 0 a unit at a time
 // while it writes the file, so no rank holds the whole model or state;
 // sharded: every rank writes its chunks to a file of its own, and rank 0
 // meta.pt, which places each placeholder's value in them (a folder,
-// core/checkpoint_io.h), no collective but two decisions.
+// plugins/io/sharded_checkpoint.h), no collective but two decisions.
 // Between epochs, during evaluation and after fit the module is whole.
 
 #include <chrono>
