@@ -59,7 +59,7 @@ Trainer::Trainer(TrainerOptions options)
   apply_debug_modes();
   add_default_callbacks();
   if (!options_.logger() && options_.default_logger()) {
-    // The CLI's default too (cli.cpp): metrics.csv and TensorBoard's events in one version folder.
+    // The CLI's default too (cli/resolve_config.cpp): metrics.csv and TensorBoard's events in one version folder.
     options_.logger(std::make_shared<LoggerCollection>(std::vector<std::shared_ptr<Logger>>{
         std::make_shared<CSVLogger>(CSVLoggerOptions(options_.default_root_dir())),
         std::make_shared<TensorBoardLogger>(TensorBoardLoggerOptions(options_.default_root_dir()))}));
