@@ -1,8 +1,8 @@
 #pragma once
 // Which BLAS LibTorch calls. Debian's LibTorch calls BLAS through
 // libblas.so.3, which a fresh Debian 12 points at the reference BLAS: every
-// matrix product then runs ~15x slower than with OpenBLAS, and a
-// framework's own costs hide behind it. scripts/install-deps.sh installs
+// matrix product then runs many times slower than with OpenBLAS, and a
+// framework's own costs hide behind it (docs/benchmarks.md, "Which BLAS"). scripts/install-deps.sh installs
 // libopenblas0-openmp (chosen by bench/blas/compare_blas.sh).
 
 #include <string>
@@ -30,10 +30,9 @@ BlasInfo blas_info();
 // where OpenBLAS chose older ones ("SkylakeX" or "Haswell"), else empty.
 // OpenBLAS 0.3.21 (Debian 12) picks its kernels by the CPU's model number: it
 // falls back to Prescott's (SSE3) for a model it does not know, as a cloud
-// VM's generic "Intel Xeon Processor" (sgemm 34 GFLOP/s there, 169 with
-// OPENBLAS_CORETYPE=SkylakeX), and gives AMD's AVX-512 CPUs its AVX2 kernels
-// (an AMD EPYC of family 26: 91 GFLOP/s, 171 with SkylakeX's), as later
-// OpenBLAS releases no longer do (docs/benchmarks.md, "Which BLAS").
+// VM's generic "Intel Xeon Processor", and gives AMD's AVX-512 CPUs its AVX2
+// kernels, as later OpenBLAS releases no longer do (the figures, with and
+// without OPENBLAS_CORETYPE: docs/benchmarks.md, "Which BLAS").
 std::string openblas_coretype_advice(const BlasInfo& blas, const CpuInfo& cpu);
 
 // Warns once per process, on rank 0, when blas_info() is the reference BLAS

@@ -1,8 +1,8 @@
 #pragma once
 // Optimizer steps in one pass over memory (issue 30). LibTorch's SGD, Adam and
 // AdamW step each parameter with 6 to 10 tensor operations, each a pass over
-// the parameter's size with its own temporaries; for the example's 269 K
-// parameters that is ~0.7 ms of a 3 ms step. step_optimizer does the same
+// the parameter's size with its own temporaries: for the example's model a
+// sizeable part of its step (docs/benchmarks.md). step_optimizer does the same
 // arithmetic element by element in one pass (parameter, gradient and state
 // read once, written once), split over the intra-op threads as ATen splits.
 //

@@ -160,3 +160,57 @@ TEST(ClusterEnvironment, OpenMpiAndMpich) {
     EXPECT_EQ(e->main_address(), "n0");
   }
 }
+
+namespace {
+
+// Lightning's manual multi-node, read by the supervisor of a local spawn.
+std::string nodes_error(int64_t num_nodes) {
+  try {
+    lt::LocalEnvironment().nodes(num_nodes, "strategy ddp");
+  } catch (const lt::ValueError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(LocalEnvironment, OneNodeNeedsNoVariables) {
+  ScopedEnv env(clean_env());
+  const lt::LocalEnvironment::Nodes nodes = lt::LocalEnvironment().nodes(1, "strategy ddp");
+  EXPECT_EQ(nodes.num_nodes, 1);
+  EXPECT_EQ(nodes.node_rank, 0);
+}
+
+TEST(LocalEnvironment, SeveralNodesReadNodeZerosAddressAndThisNodesRank) {
+  auto vars = clean_env();
+  vars["MASTER_ADDR"] = "10.0.0.1";
+  vars["MASTER_PORT"] = "29501";
+  vars["NODE_RANK"] = "1";
+  ScopedEnv env(vars);
+  const lt::LocalEnvironment::Nodes nodes = lt::LocalEnvironment().nodes(2, "strategy ddp");
+  EXPECT_EQ(nodes.num_nodes, 2);
+  EXPECT_EQ(nodes.node_rank, 1);
+  EXPECT_EQ(nodes.main_address, "10.0.0.1");
+  EXPECT_EQ(nodes.main_port, 29501);
+}
+
+TEST(LocalEnvironment, SeveralNodesNameTheMissingVariables) {
+  auto vars = clean_env();
+  vars["MASTER_PORT"] = "29501";
+  ScopedEnv env(vars);
+  const std::string what = nodes_error(2);
+  EXPECT_NE(what.find("strategy ddp: num_nodes=2 needs ranks started by a cluster launcher"), std::string::npos)
+      << what;
+  EXPECT_NE(what.find("missing: MASTER_ADDR NODE_RANK"), std::string::npos) << what;
+}
+
+TEST(LocalEnvironment, ANodeRankOutsideTheNodesIsRefused) {
+  auto vars = clean_env();
+  vars["MASTER_ADDR"] = "10.0.0.1";
+  vars["MASTER_PORT"] = "29501";
+  vars["NODE_RANK"] = "2";
+  ScopedEnv env(vars);
+  const std::string what = nodes_error(2);
+  EXPECT_NE(what.find("NODE_RANK=2 must be in [0, num_nodes=2)"), std::string::npos) << what;
+}

@@ -24,4 +24,23 @@ LocalEnvironment::LocalEnvironment() : worker_(detect_worker()) {
   if (worker_) ranks_.main_address = env::get("MASTER_ADDR").value_or("127.0.0.1");
 }
 
+LocalEnvironment::Nodes LocalEnvironment::nodes(int64_t num_nodes, const std::string& who) const {
+  Nodes nodes;
+  if (num_nodes <= 1) return nodes;
+  const auto address = env::get("MASTER_ADDR");
+  const auto port = env::get_int("MASTER_PORT");
+  const auto node = env::get_int("NODE_RANK");
+  LT_CHECK_VALUE(address && port && node, who, ": num_nodes=", num_nodes,
+                 " needs ranks started by a cluster launcher (torchrun, srun, mpirun), or the same command on "
+                 "every node with MASTER_ADDR (the address of node 0), MASTER_PORT and NODE_RANK set; missing:",
+                 address ? "" : " MASTER_ADDR", port ? "" : " MASTER_PORT", node ? "" : " NODE_RANK");
+  LT_CHECK_VALUE(*node >= 0 && *node < num_nodes, who, ": NODE_RANK=", *node, " must be in [0, num_nodes=", num_nodes,
+                 ")");
+  nodes.num_nodes = num_nodes;
+  nodes.node_rank = *node;
+  nodes.main_address = *address;
+  nodes.main_port = static_cast<int>(*port);
+  return nodes;
+}
+
 }  // namespace lt

@@ -10,6 +10,9 @@
 // MASTER_PORT and NODE_RANK set (Lightning's manual multi-node); this
 // node's workers then take global ranks node_rank * devices + i.
 
+#include <cstdint>
+#include <string>
+
 #include <lightning_cpp/plugins/environments/cluster_environment.h>
 
 namespace lt {
@@ -27,6 +30,19 @@ class LocalEnvironment : public ClusterEnvironment {
   LocalEnvironment();
   std::string name() const override { return "local"; }
   bool creates_processes_externally() const override { return worker_; }
+
+  // Where this node's workers meet the others', in the supervisor. One node:
+  // 127.0.0.1 (the supervisor picks the port). Several (Lightning's manual
+  // multi-node): the same command on every node with MASTER_ADDR (node 0's
+  // address), MASTER_PORT and NODE_RANK set; an lt::ValueError, starting with
+  // `who` ("strategy ddp"), names what is missing or out of range.
+  struct Nodes {
+    int64_t num_nodes = 1;
+    int64_t node_rank = 0;
+    std::string main_address;
+    int main_port = 0;
+  };
+  Nodes nodes(int64_t num_nodes, const std::string& who) const;
 
  private:
   bool worker_ = false;

@@ -10,9 +10,11 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <lightning_cpp/core/signals.h>
+#include <lightning_cpp/plugins/launchers/launcher.h>
 
 namespace lt {
 
@@ -79,5 +81,17 @@ struct LocalSpawnOptions {
 // itself, that worker's exit code, 128 + the signal that killed it, or 124
 // when the timeout passed.
 [[noreturn]] void supervise_local_spawn(int64_t num_processes, const LocalSpawnOptions& options);
+
+// The Launcher of a local spawn: supervise_local_spawn's.
+class SubprocessScriptLauncher : public Launcher {
+ public:
+  SubprocessScriptLauncher(int64_t num_processes, LocalSpawnOptions options)
+      : num_processes_(num_processes), options_(std::move(options)) {}
+  [[noreturn]] void launch() override { supervise_local_spawn(num_processes_, options_); }
+
+ private:
+  int64_t num_processes_;
+  LocalSpawnOptions options_;
+};
 
 }  // namespace lt

@@ -41,7 +41,7 @@ class BF16MixedPrecision : public Precision {
 // How fast this CPU multiplies bfloat16 matrices, as a ratio of float32's
 // (measured: the best of 3 products of 256x256 matrices each). Without
 // native bf16 (x86's avx512_bf16 or amx_bf16) LibTorch's bf16 products run
-// far slower (0.07x the steps/s of 32-true on a Zen 3), so make_precision
+// far slower (docs/precision.md), so make_precision
 // measures it once per process for bf16-mixed and warns with
 // bf16_slow_warning's text (empty where ratio >= 1).
 double bf16_matmul_speed_ratio();

@@ -1,13 +1,7 @@
 #include <lightning_cpp/plugins/strategies/parallel.h>
 
-#include <sched.h>
-
 #include <algorithm>
-#include <csignal>
-#include <cstdio>
 #include <cstring>
-
-#include <ATen/Parallel.h>
 
 #include <lightning_cpp/core/callback.h>
 #include <lightning_cpp/core/check.h>
@@ -19,28 +13,12 @@
 #include <lightning_cpp/core/signals.h>
 #include <lightning_cpp/core/trainer_options.h>
 #include <lightning_cpp/data/data_loader.h>
+#include <lightning_cpp/plugins/environments/local.h>
 #include <lightning_cpp/plugins/launchers/subprocess_script.h>
+#include <lightning_cpp/plugins/launchers/worker_process.h>
 #include <lightning_cpp/plugins/join/epoch_context.h>
 
 namespace lt {
-
-namespace {
-
-// Lightning's _set_num_threads_if_needed: where OMP_NUM_THREADS is not set,
-// each of a node's ranks takes at most its share of the CPUs this process may
-// run on, so that ranks do not oversubscribe the cores (LibTorch's default is
-// one thread per core in every rank). Never more threads than LibTorch's
-// default: more slowed the example down (docs/benchmarks.md).
-void share_the_cpus(int64_t local_ranks) {
-  if (env::get("OMP_NUM_THREADS") || local_ranks <= 1) return;
-  cpu_set_t cpus;
-  CPU_ZERO(&cpus);
-  if (::sched_getaffinity(0, sizeof cpus, &cpus) != 0) return;
-  const int share = std::max<int>(1, CPU_COUNT(&cpus) / static_cast<int>(local_ranks));
-  if (share < at::get_num_threads()) at::set_num_threads(share);
-}
-
-}  // namespace
 
 ParallelStrategy::ParallelStrategy() = default;
 
@@ -62,26 +40,7 @@ void ParallelStrategy::setup_environment(const TrainerOptions& options) {
   environment_ = select_cluster_environment();
   const int64_t expected = options.devices() * options.num_nodes();
   if (!environment_->creates_processes_externally()) {
-    LocalSpawnOptions spawn;
-    spawn.timeout = settings.launch_timeout;
-    spawn.worker_log_dir = settings.worker_log_dir;
-    if (options.num_nodes() > 1) {
-      // Lightning's manual multi-node: the same command on every node.
-      const auto address = env::get("MASTER_ADDR");
-      const auto port = env::get_int("MASTER_PORT");
-      const auto node = env::get_int("NODE_RANK");
-      LT_CHECK_VALUE(address && port && node, who(), ": num_nodes=", options.num_nodes(),
-                     " needs ranks started by a cluster launcher (torchrun, srun, mpirun), or the same command on "
-                     "every node with MASTER_ADDR (the address of node 0), MASTER_PORT and NODE_RANK set; missing:",
-                     address ? "" : " MASTER_ADDR", port ? "" : " MASTER_PORT", node ? "" : " NODE_RANK");
-      LT_CHECK_VALUE(*node >= 0 && *node < options.num_nodes(), who(), ": NODE_RANK=", *node,
-                     " must be in [0, num_nodes=", options.num_nodes(), ")");
-      spawn.num_nodes = options.num_nodes();
-      spawn.node_rank = *node;
-      spawn.main_address = *address;
-      spawn.main_port = static_cast<int>(*port);
-    }
-    if (expected > 1) supervise_local_spawn(options.devices(), spawn);
+    if (expected > 1) configure_launcher(options)->launch();
   } else if (expected == 1 && environment_->world_size() > 1) {
     // devices and num_nodes left at 1: the launcher's layout is the run's.
     rank_zero_info("lightning-cpp: ", who(), ": the ", environment_->name(), " environment has ",
@@ -95,7 +54,6 @@ void ParallelStrategy::setup_environment(const TrainerOptions& options) {
   local_rank_ = environment_->local_rank();
   node_rank_ = environment_->node_rank();
   world_size_ = environment_->world_size();
-  share_the_cpus(environment_->local_world_size().value_or(world_size_ / std::max<int64_t>(options.num_nodes(), 1)));
   if (options.device_type() == torch::kCUDA) {
     LT_CHECK_VALUE(torch::cuda::is_available(), who(), ": accelerator ", options.accelerator(),
                    " but CUDA is not available in this LibTorch/machine");
@@ -109,21 +67,29 @@ void ParallelStrategy::setup_environment(const TrainerOptions& options) {
   DistributedConnection connection = init_process_group(*environment_, backend, timeout);
   connection_ = connection;
   if (world_size_ > 1) {
-    // A peer that died makes gloo's next send hit a closed socket: let that
-    // be an EPIPE error the watchdog reports, not a SIGPIPE that kills this
-    // rank silently (Python, and so PyTorch's DDP, ignores SIGPIPE too).
-    std::signal(SIGPIPE, SIG_IGN);
-    // A rank's stdout is a pipe or a file (its launcher's, its log): line by
-    // line, so that what it printed is not lost with its buffer when it is
-    // killed, and its lines interleave whole with the other ranks'.
-    std::fflush(stdout);
-    std::setvbuf(stdout, nullptr, _IOLBF, BUFSIZ);
+    configure_worker_process(
+        environment_->local_world_size().value_or(world_size_ / std::max<int64_t>(options.num_nodes(), 1)));
     watchdog_ = std::make_unique<CollectiveWatchdog>(connection_.store, rank_, world_size_,
                                                      CollectiveWatchdogOptions().timeout(timeout));
   }
   rank_zero_info("lightning-cpp: ", who(), ": ", backend, " process group of ", world_size_, " rank",
                  world_size_ == 1 ? "" : "s", " (", environment_->name(), ", rendezvous ", connection.rendezvous,
                  ", timeout ", timeout.count() / 1000.0, " s)");
+}
+
+std::unique_ptr<Launcher> ParallelStrategy::configure_launcher(const TrainerOptions& options) const {
+  const auto* local = dynamic_cast<const LocalEnvironment*>(environment_.get());
+  LT_INTERNAL_ASSERT(local != nullptr, who(), ": no launcher for the ", environment_->name(), " environment");
+  const ParallelSettings settings = parallel_settings();
+  const LocalEnvironment::Nodes nodes = local->nodes(options.num_nodes(), who());
+  LocalSpawnOptions spawn;
+  spawn.timeout = settings.launch_timeout;
+  spawn.worker_log_dir = settings.worker_log_dir;
+  spawn.num_nodes = nodes.num_nodes;
+  spawn.node_rank = nodes.node_rank;
+  spawn.main_address = nodes.main_address;
+  spawn.main_port = nodes.main_port;
+  return std::make_unique<SubprocessScriptLauncher>(options.devices(), std::move(spawn));
 }
 
 void ParallelStrategy::on_run_start(const RunState& state) {

@@ -6,10 +6,10 @@
 // (plugins/join/gradient_sync.h); DDP's is c10d's Reducer
 // (strategies/ddp/). The base gives it:
 //   - where the ranks come from (plugins/environments) and, with none of
-//     torchrun, SLURM or MPI and devices > 1, a local spawn: the process that
-//     calls fit/validate/test/predict becomes a supervisor that never returns
-//     (plugins/launchers/subprocess_script.h); the workers run main() again;
-//     manual multi-node from MASTER_ADDR, MASTER_PORT and NODE_RANK;
+//     torchrun, SLURM or MPI and devices > 1, a Launcher (configure_launcher):
+//     the process that calls fit/validate/test/predict becomes a supervisor
+//     that never returns (plugins/launchers/subprocess_script.h); the workers
+//     run main() again; manual multi-node: LocalEnvironment::nodes();
 //   - the store and the process group (plugins/distributed/process_group.h),
 //     and a CollectiveWatchdog (distributed/collective_watchdog.h) that turns a
 //     failure on any rank into a report on every rank;
@@ -41,6 +41,7 @@
 #include <lightning_cpp/plugins/environments/cluster_environment.h>
 #include <lightning_cpp/plugins/join/gradient_sync.h>
 #include <lightning_cpp/plugins/join/join_compatibility.h>
+#include <lightning_cpp/plugins/launchers/launcher.h>
 
 namespace lt {
 
@@ -167,6 +168,12 @@ class ParallelStrategy : public Strategy {
   }
   // "strategy <name>", the prefix of the base's messages.
   std::string who() const { return "strategy " + name(); }
+
+ protected:
+  // Lightning's _configure_launcher: how this node's workers start where
+  // nothing outside started them (a local spawn, one node or the manual
+  // multi-node way).
+  virtual std::unique_ptr<Launcher> configure_launcher(const TrainerOptions& options) const;
 
  private:
   // Throws, before issuing it, a collective that ranks which ran out of data
