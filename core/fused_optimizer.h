@@ -15,7 +15,7 @@
 // optimizer's own (optimizer.state(), created as LibTorch creates it), so
 // checkpoints, optimizer_state_dict and a later optimizer.step() see no
 // difference. Tested against optimizer.step() bitwise in
-// tests/fused_optimizer_test.cpp.
+// tests/core/fused_optimizer_test.cpp.
 
 namespace torch::optim {
 class Optimizer;

@@ -2,7 +2,7 @@
 // planted links, alias bombs, NUL bytes, many keys, huge numbers, a full
 // disk, leftovers of killed runs. Each case ends with its expected message and
 // exit code, loses nothing and leaves nothing behind. The cases that need
-// DDP workers are in tests/distributed/ddp_test.cpp (LocalSpawn.AnUncreatableWorkerLogDir...,
+// DDP workers are in tests/plugins/launchers/local_spawn_test.cpp (LocalSpawn.AnUncreatableWorkerLogDir...,
 // Rendezvous.AStaleRankEnvironment...) and tests/distributed/torchrun_test.cpp
 // (Failures.*: each failure printed once).
 #include <sys/stat.h>

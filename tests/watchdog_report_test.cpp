@@ -1,6 +1,6 @@
 // The collective watchdog's failure report, from status lines as the ranks
 // publish them: the text users read when a DDP run fails, without starting
-// processes (tests/reliability_test.cpp checks it end to end).
+// processes (tests/plugins/distributed/collective_watchdog_test.cpp checks it end to end).
 #include <gtest/gtest.h>
 
 #include <chrono>

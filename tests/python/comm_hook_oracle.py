@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Reference parameters for join_test.cpp's JoinCommHook test: PyTorch 1.13 DDP with
+"""Reference parameters for tests/plugins/join/comm_hook_test.cpp's JoinCommHook test: PyTorch 1.13 DDP with
 fp16_compress_hook (torch.distributed.algorithms.ddp_comm_hooks.default_hooks), under
 Join, on join_oracle.py's model and data (float64 parameters; the hook casts each
 bucket to float16). SGD lr 0.1, one epoch, no accumulation, 2 ranks on gloo.

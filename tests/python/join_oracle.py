@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Reference parameters for tests/distributed/join_test.cpp (Join.Matrix*, Join.Lockstep*).
+"""Reference parameters for tests/plugins/join/ (JoinMatrix.*, JoinLockstep.*).
 
 Writes tests/fixtures/join_matrix.txt: for each configuration of the matrix
 (world size, per-rank batch counts, accumulate_grad_batches k,
@@ -30,7 +30,7 @@ both join modes:
                joiner's parameters are broadcast at each epoch's end.
 
 Run with Debian's python3-torch 1.13: /usr/bin/python3 tests/python/join_oracle.py
-The data, initial weights and model are defined identically in join_test.cpp.
+The data, initial weights and model are defined identically in tests/distributed/join_oracle.h.
 """
 import argparse
 import contextlib
@@ -95,7 +95,7 @@ def configs():
 
 
 def init_params(model):
-    """float64, every parameter from one formula (join_test.cpp's init_like_oracle)."""
+    """float64, every parameter from one formula (join_oracle.h's init_like_oracle)."""
     model.double()
     with torch.no_grad():
         for j, p in enumerate(model.parameters()):

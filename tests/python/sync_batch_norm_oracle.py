@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Reference parameters for tests/distributed/join_test.cpp (JoinSyncBatchNorm.*).
+"""Reference parameters for tests/plugins/join/sync_batch_norm_test.cpp (JoinSyncBatchNorm.*).
 
 Writes tests/fixtures/sync_batch_norm.txt: a model with a synced batch norm,
 Linear(3, 4) -> BatchNorm(4) -> tanh -> Linear(4, 1) in float64, trained by
@@ -20,7 +20,7 @@ Each line: world size, per-rank batch counts, k, epochs, then the parameters
 (named_parameters order) and the running mean and variance.
 
 Run with Debian's python3-torch 1.13: /usr/bin/python3 tests/python/sync_batch_norm_oracle.py
-The data and initial weights are join_oracle.py's (and join_test.cpp's).
+The data and initial weights are join_oracle.py's (and join_oracle.h's).
 """
 import os
 
