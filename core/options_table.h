@@ -5,6 +5,9 @@
 //   LT_OPTION(type, name, default, "one-line doc", ({"yaml", "choices"}), valid when (of v), "valid text")
 //   LT_OPTION_WITH(codec, type, name, ...as above...)   a YAML form of its own (codec: add, read, show)
 //   LT_CPP_OPTION(type, name, default)                  C++ only (objects: callbacks, a logger)
+//   LT_OPTION_ALIAS(name, "key")                        an attribute of the row `name` above it: YAML's
+//                                                       trainer.<name> is an alias, whose value the CLI
+//                                                       moves to `key`, the option's place in a config
 //
 // included under different definitions of LT_OPTION (LLVM's PassRegistry.def):
 //   - in the struct: LT_OPTION_ARG makes the TORCH_ARG setter and getter;
@@ -17,9 +20,13 @@
 // double, std::string ("" is YAML's null where the default is ""), durations
 // (seconds as a float), FractionOrCount (an int or a float), enums with an
 // OptionEnumNames<E> table, and std::optional of bool, int64_t, double or
-// std::string (std::nullopt is YAML's null). A .def file's includer defines LT_OPTION (and
-// LT_OPTION_WITH, LT_CPP_OPTION where the table has them) as one of the
-// modes below, includes it, and undefines them.
+// std::string (std::nullopt is YAML's null).
+//
+// A .def file's includer defines LT_OPTION (and LT_OPTION_WITH, LT_CPP_OPTION
+// where the table has them) as one of the modes below, includes it, and
+// undefines them. LT_OPTION_ALIAS is optional, as in LLVM's .def files: a
+// table with aliases defines it as nothing unless its includer did (to list
+// them: LT_OPTION_ALIAS_ENTRY), and undefines it at its end.
 
 #include <chrono>
 #include <cstdint>
@@ -35,6 +42,12 @@
 #include <lightning_cpp/core/types.h>
 
 namespace lt {
+
+// A row's LT_OPTION_ALIAS: YAML's trainer.<name> is an alias of `key`.
+struct OptionAlias {
+  const char* name;
+  const char* key;
+};
 
 // For an enum E: static constexpr std::pair<E, const char*> kNames[] = {...}, the YAML name of each value.
 template <typename E>
@@ -213,3 +226,7 @@ struct OptionCodec<E, std::enable_if_t<std::is_enum_v<E>>> {
 
 // What a C++-only row is in the YAML modes.
 #define LT_CPP_OPTION_NONE(type, name, default_value)
+
+// Listing a table's aliases: an array of lt::OptionAlias, with every other row kind LT_OPTION_NONE.
+#define LT_OPTION_NONE(...)
+#define LT_OPTION_ALIAS_ENTRY(name, key) ::lt::OptionAlias{#name, key},
