@@ -22,7 +22,8 @@ void SaveDirOrRootDir::add(ArgSchema& schema, const char* name, const std::strin
 }
 
 std::string SaveDirOrRootDir::read(const InitArgs& args, const char* name) {
-  return args.get_optional_string(name).value_or(args.trainer() ? args.trainer()->default_root_dir() : std::string("."));
+  if (auto save_dir = args.get_optional_string(name)) return *save_dir;
+  return args.trainer() != nullptr ? args.trainer()->default_root_dir() : std::string(".");
 }
 
 namespace fs = std::filesystem;
