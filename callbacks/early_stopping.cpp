@@ -9,10 +9,14 @@
 namespace lt {
 
 EarlyStopping::EarlyStopping(EarlyStoppingOptions options) : options_(std::move(options)) {
-  LT_CHECK_VALUE(options_.mode() == "min" || options_.mode() == "max",
-                 "EarlyStopping: mode must be 'min' or 'max', got '", options_.mode(), "'");
+  {
+    const EarlyStoppingOptions& options = options_;
+    const char* owner = "EarlyStopping: ";
+#define LT_OPTION LT_OPTION_CHECK
+#include <lightning_cpp/callbacks/early_stopping_options.def>
+#undef LT_OPTION
+  }
   LT_CHECK_VALUE(!options_.monitor().empty(), "EarlyStopping: monitor must name a logged metric");
-  LT_CHECK_VALUE(options_.patience() >= 0, "EarlyStopping: patience must be >= 0, got ", options_.patience());
   options_.min_delta(std::abs(options_.min_delta()));
   best_score_ = options_.mode() == "min" ? std::numeric_limits<double>::infinity()
                                          : -std::numeric_limits<double>::infinity();

@@ -12,28 +12,17 @@
 #include <torch/arg.h>
 
 #include <lightning_cpp/core/callback.h>
+#include <lightning_cpp/core/options_table.h>
 
 namespace lt {
 
+// The options' rows, with their docs: callbacks/early_stopping_options.def.
 struct EarlyStoppingOptions {
-  EarlyStoppingOptions(std::string monitor = "val_loss") : monitor_(std::move(monitor)) {}  // NOLINT
-  TORCH_ARG(std::string, monitor);
-  // Improvements smaller than this do not count.
-  TORCH_ARG(double, min_delta) = 0.0;
-  // Checks without improvement before stopping.
-  TORCH_ARG(int64_t, patience) = 3;
-  TORCH_ARG(bool, verbose) = false;
-  TORCH_ARG(std::string, mode) = "min";  // "min" or "max"
-  // Missing monitor: error (true) or skip the check (false).
-  TORCH_ARG(bool, strict) = true;
-  // Stop when the monitored value becomes NaN or infinite.
-  TORCH_ARG(bool, check_finite) = true;
-  // Stop at once when the value reaches this (better than it).
-  TORCH_ARG(std::optional<double>, stopping_threshold) = std::nullopt;
-  // Stop at once when the value is worse than this.
-  TORCH_ARG(std::optional<double>, divergence_threshold) = std::nullopt;
-  // Unset: check at train epoch end when validation runs once per epoch at its end.
-  TORCH_ARG(std::optional<bool>, check_on_train_epoch_end) = std::nullopt;
+  EarlyStoppingOptions() = default;
+  EarlyStoppingOptions(std::string monitor) : monitor_(std::move(monitor)) {}  // NOLINT
+#define LT_OPTION LT_OPTION_ARG
+#include <lightning_cpp/callbacks/early_stopping_options.def>
+#undef LT_OPTION
 };
 
 class EarlyStopping : public Callback {

@@ -17,9 +17,13 @@ std::string optimizer_name(const torch::optim::Optimizer& optimizer) {
 }
 
 LearningRateMonitor::LearningRateMonitor(LearningRateMonitorOptions options) : options_(std::move(options)) {
-  const auto& i = options_.logging_interval();
-  LT_CHECK_VALUE(i.empty() || i == "step" || i == "epoch",
-                 "LearningRateMonitor: logging_interval must be 'step', 'epoch' or null, got '", i, "'");
+  {
+    const LearningRateMonitorOptions& options = options_;
+    const char* owner = "LearningRateMonitor: ";
+#define LT_OPTION LT_OPTION_CHECK
+#include <lightning_cpp/callbacks/lr_monitor_options.def>
+#undef LT_OPTION
+  }
 }
 
 namespace {

@@ -10,13 +10,15 @@
 #include <torch/arg.h>
 
 #include <lightning_cpp/core/callback.h>
+#include <lightning_cpp/core/options_table.h>
 
 namespace lt {
 
+// The options' rows, with their docs: callbacks/lr_monitor_options.def.
 struct LearningRateMonitorOptions {
-  // "step", "epoch", or "" (follow the scheduler's interval; epoch without one).
-  TORCH_ARG(std::string, logging_interval) = "";
-  TORCH_ARG(bool, log_momentum) = false;
+#define LT_OPTION LT_OPTION_ARG
+#include <lightning_cpp/callbacks/lr_monitor_options.def>
+#undef LT_OPTION
 };
 
 class LearningRateMonitor : public Callback {

@@ -65,18 +65,18 @@ ModelCheckpoint::ModelCheckpoint(ModelCheckpointOptions options) : options_(std:
                    path == &options_.dirpath() ? "dirpath" : "filename", " '", path->substr(0, path->find('\0')),
                    "\\0...' contains a NUL byte");
   }
-  LT_CHECK_VALUE(options_.mode() == "min" || options_.mode() == "max",
-                 "ModelCheckpoint: mode must be 'min' or 'max', got '", options_.mode(), "'");
-  LT_CHECK_VALUE(options_.save_top_k() >= -1, "ModelCheckpoint: save_top_k must be >= -1, got ",
-                 options_.save_top_k());
+  {
+    const ModelCheckpointOptions& options = options_;
+    const char* owner = "ModelCheckpoint: ";
+#define LT_OPTION LT_OPTION_CHECK
+#include <lightning_cpp/callbacks/model_checkpoint_options.def>
+#undef LT_OPTION
+  }
   LT_CHECK_VALUE(options_.monitor().empty() == false || options_.save_top_k() == -1 || options_.save_top_k() <= 1,
                  "ModelCheckpoint: save_top_k=", options_.save_top_k(),
                  " needs a monitor (without one, only 0, 1 or -1 make sense)");
-  LT_CHECK_VALUE(options_.every_n_train_steps() >= 0, "ModelCheckpoint: every_n_train_steps must be >= 0, got ",
-                 options_.every_n_train_steps());
   if (options_.every_n_epochs()) {
     every_n_epochs_ = *options_.every_n_epochs();
-    LT_CHECK_VALUE(every_n_epochs_ >= 0, "ModelCheckpoint: every_n_epochs must be >= 0, got ", every_n_epochs_);
   } else {
     every_n_epochs_ = options_.every_n_train_steps() > 0 ? 0 : 1;
   }

@@ -16,26 +16,15 @@
 #include <torch/arg.h>
 
 #include <lightning_cpp/core/callback.h>
+#include <lightning_cpp/core/options_table.h>
 
 namespace lt {
 
+// The options' rows, with their docs: callbacks/model_checkpoint_options.def.
 struct ModelCheckpointOptions {
-  // Empty: <trainer.log_dir()>/checkpoints.
-  TORCH_ARG(std::string, dirpath) = "";
-  // Empty: "{epoch}-{step}".
-  TORCH_ARG(std::string, filename) = "";
-  // Empty: no metric; the latest checkpoint is kept (save_top_k 1) or all (-1).
-  TORCH_ARG(std::string, monitor) = "";
-  TORCH_ARG(bool, verbose) = false;
-  TORCH_ARG(bool, save_last) = false;
-  // 0: none, -1: all, k: the best k.
-  TORCH_ARG(int64_t, save_top_k) = 1;
-  TORCH_ARG(std::string, mode) = "min";
-  TORCH_ARG(bool, auto_insert_metric_name) = true;
-  // 0: not by steps. Under Join it needs lockstep (see join_support).
-  TORCH_ARG(int64_t, every_n_train_steps) = 0;
-  // Unset: 1, or 0 when every_n_train_steps is set.
-  TORCH_ARG(std::optional<int64_t>, every_n_epochs) = std::nullopt;
+#define LT_OPTION LT_OPTION_ARG
+#include <lightning_cpp/callbacks/model_checkpoint_options.def>
+#undef LT_OPTION
 };
 
 class ModelCheckpoint : public Callback {

@@ -114,7 +114,13 @@ std::string summarize(const torch::nn::Module& module, int64_t max_depth) {
 }
 
 ModelSummary::ModelSummary(ModelSummaryOptions options) : options_(options) {
-  LT_CHECK_VALUE(options_.max_depth() >= -1, "ModelSummary: max_depth must be >= -1, got ", options_.max_depth());
+  {
+    const ModelSummaryOptions& options = options_;
+    const char* owner = "ModelSummary: ";
+#define LT_OPTION LT_OPTION_CHECK
+#include <lightning_cpp/callbacks/model_summary_options.def>
+#undef LT_OPTION
+  }
 }
 
 void ModelSummary::on_fit_start(Trainer& trainer, LightningModule& module) {

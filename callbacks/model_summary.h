@@ -26,6 +26,7 @@
 #include <torch/arg.h>
 
 #include <lightning_cpp/core/callback.h>
+#include <lightning_cpp/core/options_table.h>
 
 namespace torch::nn {
 class Module;
@@ -33,9 +34,11 @@ class Module;
 
 namespace lt {
 
+// The options' rows, with their docs: callbacks/model_summary_options.def.
 struct ModelSummaryOptions {
-  // Layers nested this deep are listed (1: the model's children; -1: all; 0: none).
-  TORCH_ARG(int64_t, max_depth) = 1;
+#define LT_OPTION LT_OPTION_ARG
+#include <lightning_cpp/callbacks/model_summary_options.def>
+#undef LT_OPTION
 };
 
 // The table above for `module` (Lightning's summarize(module, max_depth)).

@@ -14,7 +14,15 @@
 namespace lt {
 
 ProgressBar::ProgressBar(ProgressBarOptions options) : options_(options) {
-  LT_CHECK_VALUE(options_.refresh_rate() >= 1, "ProgressBar: refresh_rate must be >= 1, got ", options_.refresh_rate());
+  {
+    const ProgressBarOptions& options = options_;
+    const char* owner = "ProgressBar: ";
+#define LT_OPTION LT_OPTION_CHECK
+#define LT_CPP_OPTION LT_CPP_OPTION_NONE
+#include <lightning_cpp/callbacks/progress_bar_options.def>
+#undef LT_OPTION
+#undef LT_CPP_OPTION
+  }
   tty_ = options_.tty() ? *options_.tty() : ::isatty(STDOUT_FILENO) == 1;
 }
 

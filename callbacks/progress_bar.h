@@ -17,20 +17,18 @@
 #include <torch/arg.h>
 
 #include <lightning_cpp/core/callback.h>
+#include <lightning_cpp/core/options_table.h>
 
 namespace lt {
 
+// The options' rows, with their docs: callbacks/progress_bar_options.def.
 struct ProgressBarOptions {
   using StreamPtr = std::ostream*;
-  // Redraw at most every this many batches (terminal only).
-  TORCH_ARG(int64_t, refresh_rate) = 1;
-  // Unset: whether stdout is a terminal.
-  TORCH_ARG(std::optional<bool>, tty) = std::nullopt;
-  // Where to write; null: std::cout.
-  TORCH_ARG(StreamPtr, stream) = nullptr;
-  // Columns of the terminal line; unset: the terminal's (stdout's), else
-  // $COLUMNS, else 80.
-  TORCH_ARG(std::optional<int64_t>, width) = std::nullopt;
+#define LT_CPP_OPTION LT_CPP_OPTION_ARG
+#define LT_OPTION LT_OPTION_ARG
+#include <lightning_cpp/callbacks/progress_bar_options.def>
+#undef LT_OPTION
+#undef LT_CPP_OPTION
 };
 
 class ProgressBar : public Callback {

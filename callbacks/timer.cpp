@@ -27,9 +27,31 @@ std::chrono::duration<double> parse_duration(const std::string& text) {
   return std::chrono::duration<double>(seconds);
 }
 
+void DurationText::add(ArgSchema& schema, const char* name, const Duration& d, const char* doc,
+                       std::vector<std::string> choices) {
+  schema.add_string(name, d ? std::optional<std::string>(c10::str(d->count())) : std::nullopt, doc,
+                    std::move(choices));
+}
+
+DurationText::Duration DurationText::read(const InitArgs& args, const char* name) {
+  if (auto text = args.get_optional_string(name)) return parse_duration(*text);
+  return std::nullopt;
+}
+
+std::string DurationText::show(const Duration& duration) {
+  return duration ? c10::str(duration->count(), " s") : std::string("null");
+}
+
 Timer::Timer(TimerOptions options) : options_(std::move(options)) {
-  LT_CHECK_VALUE(options_.interval() == "step" || options_.interval() == "epoch",
-                 "Timer: interval must be 'step' or 'epoch', got '", options_.interval(), "'");
+  {
+    const TimerOptions& options = options_;
+    const char* owner = "Timer: ";
+#define LT_OPTION LT_OPTION_CHECK
+#define LT_OPTION_WITH LT_OPTION_WITH_CHECK
+#include <lightning_cpp/callbacks/timer_options.def>
+#undef LT_OPTION
+#undef LT_OPTION_WITH
+  }
 }
 
 void Timer::start(const std::string& stage) { started_[stage] = Clock::now(); }

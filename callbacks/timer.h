@@ -9,18 +9,31 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <torch/arg.h>
 
 #include <lightning_cpp/core/callback.h>
+#include <lightning_cpp/core/options_table.h>
 
 namespace lt {
 
+// YAML's Timer duration: a string, "DD:HH:MM:SS" or a shorter form (parse_duration); null: none.
+struct DurationText {
+  using Duration = std::optional<std::chrono::duration<double>>;
+  static void add(ArgSchema& schema, const char* name, const Duration& d, const char* doc,
+                  std::vector<std::string> choices);
+  static Duration read(const InitArgs& args, const char* name);
+  static std::string show(const Duration& duration);
+};
+
+// The options' rows, with their docs: callbacks/timer_options.def.
 struct TimerOptions {
-  // Unset: only measure.
-  TORCH_ARG(std::optional<std::chrono::duration<double>>, duration) = std::nullopt;
-  TORCH_ARG(std::string, interval) = "step";  // "step" or "epoch"
-  TORCH_ARG(bool, verbose) = true;
+#define LT_OPTION LT_OPTION_ARG
+#define LT_OPTION_WITH LT_OPTION_WITH_ARG
+#include <lightning_cpp/callbacks/timer_options.def>
+#undef LT_OPTION
+#undef LT_OPTION_WITH
 };
 
 // "DD:HH:MM:SS" (Lightning's string form), or "HH:MM:SS", "MM:SS", "SS"; throws lt::ValueError.

@@ -5,6 +5,9 @@
 //   LT_OPTION(type, name, default, "one-line doc", ({"yaml", "choices"}), valid when (of v), "valid text")
 //   LT_OPTION_WITH(codec, type, name, ...as above...)   a YAML form of its own (codec: add, read, show)
 //   LT_CPP_OPTION(type, name, default)                  C++ only (objects: callbacks, a logger)
+//   LT_OPTION_ALIAS(name, "key")                        an attribute of the row `name` above it: YAML's
+//                                                       trainer.<name> is an alias, whose value the CLI
+//                                                       moves to `key`, the option's place in a config
 //
 // included under different definitions of LT_OPTION (LLVM's PassRegistry.def):
 //   - in the struct: LT_OPTION_ARG makes the TORCH_ARG setter and getter;
@@ -13,12 +16,17 @@
 //     LT_OPTION_READ sets the field from the validated init args;
 //   - in the constructor: LT_OPTION_CHECK throws lt::ValueError naming the
 //     option, its value and what is valid.
-// How a C++ type is a YAML value is OptionCodec<T>'s: bool, int64_t, double,
-// std::string ("" is YAML's null where the default is ""), durations (seconds
-// as a float), FractionOrCount (an int or a float), and enums with an
-// OptionEnumNames<E> table. A .def file's includer defines LT_OPTION (and
-// LT_OPTION_WITH, LT_CPP_OPTION where the table has them) as one of the
-// modes below, includes it, and undefines them.
+// How a C++ type is a YAML value is OptionCodec<T>'s: bool, int, int64_t,
+// double, std::string ("" is YAML's null where the default is ""), durations
+// (seconds as a float), FractionOrCount (an int or a float), enums with an
+// OptionEnumNames<E> table, and std::optional of bool, int64_t, double or
+// std::string (std::nullopt is YAML's null).
+//
+// A .def file's includer defines LT_OPTION (and LT_OPTION_WITH, LT_CPP_OPTION
+// where the table has them) as one of the modes below, includes it, and
+// undefines them. LT_OPTION_ALIAS is optional, as in LLVM's .def files: a
+// table with aliases defines it as nothing unless its includer did (to list
+// them: LT_OPTION_ALIAS_ENTRY), and undefines it at its end.
 
 #include <chrono>
 #include <cstdint>
@@ -34,6 +42,12 @@
 #include <lightning_cpp/core/types.h>
 
 namespace lt {
+
+// A row's LT_OPTION_ALIAS: YAML's trainer.<name> is an alias of `key`.
+struct OptionAlias {
+  const char* name;
+  const char* key;
+};
 
 // For an enum E: static constexpr std::pair<E, const char*> kNames[] = {...}, the YAML name of each value.
 template <typename E>
@@ -58,6 +72,16 @@ struct OptionCodec<int64_t> {
   }
   static int64_t read(const InitArgs& a, const char* name) { return a.get_int(name); }
   static std::string show(int64_t v) { return std::to_string(v); }
+};
+
+// An int (ConsoleLogger's precision), a YAML integer.
+template <>
+struct OptionCodec<int> {
+  static void add(ArgSchema& s, const char* name, int d, const char* doc, std::vector<std::string>) {
+    s.add_int(name, d, doc);
+  }
+  static int read(const InitArgs& a, const char* name) { return static_cast<int>(a.get_int(name)); }
+  static std::string show(int v) { return std::to_string(v); }
 };
 
 template <>
@@ -103,6 +127,39 @@ struct OptionCodec<FractionOrCount> {
     return FractionOrCount(std::get<double>(v));
   }
   static std::string show(const FractionOrCount& v) { return v.is_count() ? c10::str(v.count()) : c10::str(v.fraction()); }
+};
+
+// std::optional<T> of a YAML scalar (bool, int64_t, double, std::string): std::nullopt is YAML's null, and
+// a default of std::nullopt makes the init arg nullable (ArgSchema's add_* with an optional default).
+template <typename T>
+struct OptionCodec<std::optional<T>> {
+  static_assert(std::is_same_v<T, bool> || std::is_same_v<T, int64_t> || std::is_same_v<T, double> ||
+                    std::is_same_v<T, std::string>,
+                "OptionCodec<std::optional<T>>: T is bool, int64_t, double or std::string");
+  static void add(ArgSchema& s, const char* name, const std::optional<T>& d, const char* doc,
+                  std::vector<std::string> choices) {
+    if constexpr (std::is_same_v<T, bool>) {
+      s.add_bool(name, d, doc);
+    } else if constexpr (std::is_same_v<T, int64_t>) {
+      s.add_int(name, d, doc);
+    } else if constexpr (std::is_same_v<T, double>) {
+      s.add_float(name, d, doc);
+    } else {
+      s.add_string(name, d, doc, std::move(choices));
+    }
+  }
+  static std::optional<T> read(const InitArgs& a, const char* name) {
+    if constexpr (std::is_same_v<T, bool>) {
+      return a.get_optional_bool(name);
+    } else if constexpr (std::is_same_v<T, int64_t>) {
+      return a.get_optional_int(name);
+    } else if constexpr (std::is_same_v<T, double>) {
+      return a.get_optional_float(name);
+    } else {
+      return a.get_optional_string(name);
+    }
+  }
+  static std::string show(const std::optional<T>& v) { return v ? OptionCodec<T>::show(*v) : "null"; }
 };
 
 // An integer, or YAML's true (1) and false (0): Lightning's fast_dev_run.
@@ -169,3 +226,7 @@ struct OptionCodec<E, std::enable_if_t<std::is_enum_v<E>>> {
 
 // What a C++-only row is in the YAML modes.
 #define LT_CPP_OPTION_NONE(type, name, default_value)
+
+// Listing a table's aliases: an array of lt::OptionAlias, with every other row kind LT_OPTION_NONE.
+#define LT_OPTION_NONE(...)
+#define LT_OPTION_ALIAS_ENTRY(name, key) ::lt::OptionAlias{#name, key},

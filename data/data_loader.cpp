@@ -19,6 +19,16 @@ Batch pinned(const Batch& batch) {
   return batch.map([](const torch::Tensor& t) { return t.pin_memory(); });
 }
 
+// The rows' range checks (data_loader_options.def): lt::ValueError "DataLoader: <option> must be ...".
+void check_options(const DataLoaderOptions& options) {
+  const char* owner = "DataLoader: ";
+#define LT_OPTION LT_OPTION_CHECK
+#define LT_CPP_OPTION LT_CPP_OPTION_NONE
+#include <lightning_cpp/data/data_loader_options.def>
+#undef LT_OPTION
+#undef LT_CPP_OPTION
+}
+
 }  // namespace
 
 // No overflow for any b (n + b - 1 would).
@@ -27,10 +37,7 @@ int64_t batch_count(int64_t n, int64_t b, bool drop_last) { return n / b + (!dro
 DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, DataLoaderOptions options)
     : dataset_(std::move(dataset)), options_(options) {
   LT_CHECK(dataset_ != nullptr, "DataLoader: dataset is null");
-  LT_CHECK(options_.batch_size() >= 1, "DataLoader: batch_size must be >= 1, got ", options_.batch_size());
-  LT_CHECK_VALUE(options_.num_workers() >= 0, "DataLoader: num_workers must be >= 0, got ", options_.num_workers());
-  LT_CHECK_VALUE(options_.prefetch_factor() >= 1, "DataLoader: prefetch_factor must be >= 1, got ",
-                 options_.prefetch_factor());
+  check_options(options_);
   if (options_.shuffle()) {
     sampler_ = std::make_shared<RandomSampler>(dataset_->size(), options_.seed());
   } else {
@@ -47,10 +54,7 @@ DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, DataLoaderOptions optio
 DataLoader::DataLoader(std::shared_ptr<IterableDataset> stream, DataLoaderOptions options)
     : options_(options), stream_dataset_(std::move(stream)) {
   LT_CHECK(stream_dataset_ != nullptr, "DataLoader: dataset is null");
-  LT_CHECK_VALUE(options_.batch_size() >= 1, "DataLoader: batch_size must be >= 1, got ", options_.batch_size());
-  LT_CHECK_VALUE(options_.num_workers() >= 0, "DataLoader: num_workers must be >= 0, got ", options_.num_workers());
-  LT_CHECK_VALUE(options_.prefetch_factor() >= 1, "DataLoader: prefetch_factor must be >= 1, got ",
-                 options_.prefetch_factor());
+  check_options(options_);
   LT_CHECK_VALUE(!options_.shuffle(), "DataLoader over an IterableDataset: shuffle is not supported (the stream ",
                  "gives the order: shuffle inside the stream, e.g. per epoch as IterableDataset::open's epoch tells)");
   pin_ = options_.pin_memory() && torch::cuda::is_available();

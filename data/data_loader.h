@@ -30,6 +30,7 @@
 
 #include <torch/arg.h>
 
+#include <lightning_cpp/core/options_table.h>
 #include <lightning_cpp/core/types.h>
 #include <lightning_cpp/data/batch_sampler.h>
 #include <lightning_cpp/data/collate.h>
@@ -39,23 +40,15 @@
 
 namespace lt {
 
+// The options' rows, with their docs: data/data_loader_options.def.
 struct DataLoaderOptions {
-  DataLoaderOptions(int64_t batch_size = 1) : batch_size_(batch_size) {}  // NOLINT
-  TORCH_ARG(int64_t, batch_size);
-  TORCH_ARG(bool, shuffle) = false;
-  TORCH_ARG(bool, drop_last) = false;
-  TORCH_ARG(uint64_t, seed) = 0;
-  // Worker threads computing batches ahead of the loop; 0 computes each batch
-  // in get(), on the caller's thread.
-  TORCH_ARG(int64_t, num_workers) = 0;
-  // Batches computed ahead per worker (PyTorch's prefetch_factor); only with num_workers > 0.
-  TORCH_ARG(int64_t, prefetch_factor) = 2;
-  // Returns batches in page-locked memory (faster, asynchronous copies to a
-  // GPU) when CUDA is available; without CUDA it does nothing.
-  TORCH_ARG(bool, pin_memory) = false;
-  // PyTorch's collate_fn: makes a batch of the examples dataset->get(i)
-  // returns (e.g. lt::pad_collate); unset: dataset->get_batch(indices).
-  TORCH_ARG(CollateFn, collate) = nullptr;
+  DataLoaderOptions() = default;
+  DataLoaderOptions(int64_t batch_size) : batch_size_(batch_size) {}  // NOLINT
+#define LT_OPTION LT_OPTION_ARG
+#define LT_CPP_OPTION LT_CPP_OPTION_ARG
+#include <lightning_cpp/data/data_loader_options.def>
+#undef LT_OPTION
+#undef LT_CPP_OPTION
 };
 
 // Batches of `batch_size` in `n` samples (the last one partial unless drop_last).

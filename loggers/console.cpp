@@ -14,10 +14,13 @@ ConsoleLogger::ConsoleLogger(ConsoleLoggerOptions options) : options_(std::move(
   LT_CHECK_VALUE(level != spdlog::level::off || options_.level() == "off",
                  "ConsoleLogger: level must be one of trace, debug, info, warn, error, critical, off; got '",
                  options_.level(), "'");
-  LT_CHECK_VALUE(options_.stream() == "stdout" || options_.stream() == "stderr",
-                 "ConsoleLogger: stream must be 'stdout' or 'stderr', got '", options_.stream(), "'");
-  LT_CHECK_VALUE(options_.precision() >= 1 && options_.precision() <= 17,
-                 "ConsoleLogger: precision must be in [1, 17], got ", options_.precision());
+  {
+    const ConsoleLoggerOptions& options = options_;
+    const char* owner = "ConsoleLogger: ";
+#define LT_OPTION LT_OPTION_CHECK
+#include <lightning_cpp/loggers/console_options.def>
+#undef LT_OPTION
+  }
   spdlog::sink_ptr sink;
   if (options_.stream() == "stdout") {
     sink = std::make_shared<spdlog::sinks::stdout_sink_mt>();

@@ -8,6 +8,7 @@
 #include <torch/arg.h>
 
 #include <lightning_cpp/core/logger.h>
+#include <lightning_cpp/core/options_table.h>
 
 namespace spdlog {
 class logger;
@@ -15,11 +16,11 @@ class logger;
 
 namespace lt {
 
+// The options' rows, with their docs: loggers/console_options.def.
 struct ConsoleLoggerOptions {
-  TORCH_ARG(std::string, level) = "info";  // trace, debug, info, warn, error, critical, off
-  TORCH_ARG(std::string, pattern) = "[%H:%M:%S] [%l] %v";
-  TORCH_ARG(std::string, stream) = "stdout";  // "stdout" or "stderr"
-  TORCH_ARG(int, precision) = 4;              // significant digits of values
+#define LT_OPTION LT_OPTION_ARG
+#include <lightning_cpp/loggers/console_options.def>
+#undef LT_OPTION
 };
 
 class ConsoleLogger : public Logger {

@@ -50,8 +50,15 @@ std::vector<std::string> csv_fields(const std::string& line) {
 CSVLogger::CSVLogger(CSVLoggerOptions options)
     : options_(std::move(options)),
       folder_("CSVLogger", options_.save_dir(), options_.name(), options_.version()) {
-  LT_CHECK_VALUE(options_.flush_logs_every_n_steps() >= 1, "CSVLogger: flush_logs_every_n_steps must be >= 1, got ",
-                 options_.flush_logs_every_n_steps());
+  {
+    const CSVLoggerOptions& options = options_;
+    const char* owner = "CSVLogger: ";
+#define LT_OPTION LT_OPTION_CHECK
+#define LT_OPTION_WITH LT_OPTION_WITH_CHECK
+#include <lightning_cpp/loggers/csv_options.def>
+#undef LT_OPTION
+#undef LT_OPTION_WITH
+  }
 }
 
 CSVLogger::~CSVLogger() {

@@ -17,18 +17,20 @@
 #include <torch/arg.h>
 
 #include <lightning_cpp/core/logger.h>
+#include <lightning_cpp/core/options_table.h>
 #include <lightning_cpp/loggers/utilities.h>
 
 namespace lt {
 
+// The options' rows, with their docs: loggers/csv_options.def.
 struct CSVLoggerOptions {
-  CSVLoggerOptions(std::string save_dir = ".") : save_dir_(std::move(save_dir)) {}  // NOLINT
-  TORCH_ARG(std::string, save_dir);
-  TORCH_ARG(std::string, name) = "lightning_logs";
-  // Unset: the next free version_N.
-  TORCH_ARG(std::optional<int64_t>, version) = std::nullopt;
-  // Rows are buffered and written every this many log calls (and on save()).
-  TORCH_ARG(int64_t, flush_logs_every_n_steps) = 100;
+  CSVLoggerOptions() = default;
+  CSVLoggerOptions(std::string save_dir) : save_dir_(std::move(save_dir)) {}  // NOLINT
+#define LT_OPTION LT_OPTION_ARG
+#define LT_OPTION_WITH LT_OPTION_WITH_ARG
+#include <lightning_cpp/loggers/csv_options.def>
+#undef LT_OPTION
+#undef LT_OPTION_WITH
 };
 
 class CSVLogger : public Logger {

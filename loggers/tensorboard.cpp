@@ -205,9 +205,15 @@ int64_t next_file_counter() {
 TensorBoardLogger::TensorBoardLogger(TensorBoardLoggerOptions options)
     : options_(std::move(options)),
       folder_("TensorBoardLogger", options_.save_dir(), options_.name(), options_.version()) {
-  LT_CHECK_VALUE(options_.flush_logs_every_n_steps() >= 1,
-                 "TensorBoardLogger: flush_logs_every_n_steps must be >= 1, got ", options_.flush_logs_every_n_steps());
-  LT_CHECK_VALUE(options_.flush_secs() >= 0, "TensorBoardLogger: flush_secs must be >= 0, got ", options_.flush_secs());
+  {
+    const TensorBoardLoggerOptions& options = options_;
+    const char* owner = "TensorBoardLogger: ";
+#define LT_OPTION LT_OPTION_CHECK
+#define LT_OPTION_WITH LT_OPTION_WITH_CHECK
+#include <lightning_cpp/loggers/tensorboard_options.def>
+#undef LT_OPTION
+#undef LT_OPTION_WITH
+  }
 }
 
 TensorBoardLogger::~TensorBoardLogger() {

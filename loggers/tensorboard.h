@@ -29,23 +29,20 @@
 #include <torch/arg.h>
 
 #include <lightning_cpp/core/logger.h>
+#include <lightning_cpp/core/options_table.h>
 #include <lightning_cpp/loggers/utilities.h>
 
 namespace lt {
 
+// The options' rows, with their docs: loggers/tensorboard_options.def.
 struct TensorBoardLoggerOptions {
-  TensorBoardLoggerOptions(std::string save_dir = ".") : save_dir_(std::move(save_dir)) {}  // NOLINT
-  TORCH_ARG(std::string, save_dir);
-  TORCH_ARG(std::string, name) = "lightning_logs";
-  // Unset: the next free version_N.
-  TORCH_ARG(std::optional<int64_t>, version) = std::nullopt;
-  // Records are buffered and appended every this many log calls, when
-  // flush_secs have passed since the last write, and on save().
-  TORCH_ARG(int64_t, flush_logs_every_n_steps) = 100;
-  TORCH_ARG(double, flush_secs) = 120.0;  // SummaryWriter's default
-  // As Lightning: log_hyperparams also logs hp_metric = -1 at step 0 and
-  // names it as the experiment's metric, so the HParams tab has a column.
-  TORCH_ARG(bool, default_hp_metric) = true;
+  TensorBoardLoggerOptions() = default;
+  TensorBoardLoggerOptions(std::string save_dir) : save_dir_(std::move(save_dir)) {}  // NOLINT
+#define LT_OPTION LT_OPTION_ARG
+#define LT_OPTION_WITH LT_OPTION_WITH_ARG
+#include <lightning_cpp/loggers/tensorboard_options.def>
+#undef LT_OPTION
+#undef LT_OPTION_WITH
 };
 
 class TensorBoardLogger : public Logger {

@@ -12,8 +12,19 @@
 
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/files.h>
+#include <lightning_cpp/core/trainer_options.h>
 
 namespace lt {
+
+void SaveDirOrRootDir::add(ArgSchema& schema, const char* name, const std::string& /*d*/, const char* doc,
+                           std::vector<std::string> choices) {
+  schema.add_string(name, std::nullopt, doc, std::move(choices));
+}
+
+std::string SaveDirOrRootDir::read(const InitArgs& args, const char* name) {
+  if (auto save_dir = args.get_optional_string(name)) return *save_dir;
+  return args.trainer() != nullptr ? args.trainer()->default_root_dir() : std::string(".");
+}
 
 namespace fs = std::filesystem;
 

@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include <lightning_cpp/core/options_table.h>
 #include <lightning_cpp/core/types.h>
 
 namespace lt {
@@ -14,6 +16,15 @@ namespace lt {
 // The highest N of the folders <save_dir>/<name>/version_N, or -1 if there
 // is none (or no such folder). The next free version is that + 1.
 int64_t newest_version(const std::string& save_dir, const std::string& name);
+
+// YAML's save_dir of a file logger (version_folder_options.def): a folder, or null for the
+// Trainer's default_root_dir ("." outside the CLI).
+struct SaveDirOrRootDir {
+  static void add(ArgSchema& schema, const char* name, const std::string& d, const char* doc,
+                  std::vector<std::string> choices);
+  static std::string read(const InitArgs& args, const char* name);
+  static std::string show(const std::string& save_dir) { return OptionCodec<std::string>::show(save_dir); }
+};
 
 // A file logger's folder <save_dir>/<name>/version_<N>. N is the given
 // version, else fixed at the first version() call: the next free one, or, in

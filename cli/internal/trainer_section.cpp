@@ -8,15 +8,31 @@
 
 #include <lightning_cpp/cli/internal/arguments.h>
 #include <lightning_cpp/core/check.h>
+#include <lightning_cpp/core/options_table.h>
 #include <lightning_cpp/plugins/strategies/registration.h>
 
 namespace lt::cli::detail {
 
 namespace {
 
-// trainer.<key> for each of these is an alias of the ddp strategy's init_args.<key>.
-constexpr const char* kStrategyAliases[] = {"uneven_inputs", "join_enable", "join_throw_on_early_termination",
-                                            "join_divide_by_initial_world_size"};
+#define LT_OPTION LT_OPTION_NONE
+#define LT_OPTION_WITH LT_OPTION_NONE
+#define LT_CPP_OPTION LT_OPTION_NONE
+#define LT_OPTION_ALIAS LT_OPTION_ALIAS_ENTRY
+// trainer.<name> for each of these is an alias of the top-level <key>: the LT_OPTION_ALIAS rows of
+// core/trainer_options.def.
+constexpr OptionAlias kTopLevelAliases[] = {
+#include <lightning_cpp/core/trainer_options.def>
+};
+// trainer.<name> for each of these is an alias of the strategy's init_args.<name>: the LT_OPTION_ALIAS
+// rows of the ddp strategy's table (plugins/strategies/parallel_options.def).
+#define LT_OPTION_ALIAS LT_OPTION_ALIAS_ENTRY
+constexpr OptionAlias kStrategyAliases[] = {
+#include <lightning_cpp/plugins/strategies/ddp/ddp_options.def>
+};
+#undef LT_OPTION
+#undef LT_OPTION_WITH
+#undef LT_CPP_OPTION
 
 }  // namespace
 
@@ -39,11 +55,11 @@ const ArgSchema& trainer_schema() {
       schema.add(spec);
       if (spec.name != "num_nodes") continue;
       // Aliases of the ddp strategy's init_args (see lift_strategy_aliases): its rows, null unless given.
-      for (const char* key : kStrategyAliases) {
-        ArgSpec alias = *ddp_strategy_schema().find(key);
+      for (const OptionAlias& entry : kStrategyAliases) {
+        ArgSpec alias = *ddp_strategy_schema().find(entry.name);
         alias.default_value = std::monostate{};
         alias.nullable = true;
-        alias.doc = c10::str("alias of strategy ddp's init_args.", key);
+        alias.doc = c10::str("alias of strategy ddp's init_args.", entry.name);
         schema.add(std::move(alias));
       }
     }
@@ -85,11 +101,9 @@ void validate_trainer(const ConfigNode& resolved_trainer) {
   }
 }
 
-// trainer.{callbacks,logger,strategy,seed} are accepted as aliases of the top-level keys.
+// trainer.{seed,callbacks,logger,strategy} are accepted as aliases of the top-level keys.
 void lift_trainer_aliases(ConfigNode& root) {
-  const std::pair<const char*, const char*> kAliases[] = {
-      {"callbacks", "callbacks"}, {"logger", "logger"}, {"strategy", "strategy"}, {"seed", "seed_everything"}};
-  for (const auto& [inner, outer] : kAliases) {
+  for (const auto& [inner, outer] : kTopLevelAliases) {
     // Found again each time: root.set() below may move the entries.
     ConfigNode* trainer = root.find("trainer");
     if (trainer == nullptr || !trainer->is_map()) return;
@@ -114,7 +128,8 @@ void lift_strategy_aliases(ConfigNode& out, const ConfigNode* strategy_given) {
       strategy_given != nullptr && strategy_given->is_map() ? strategy_given->find("init_args") : nullptr;
   ConfigNode* trainer = out.find("trainer");
   ConfigNode* init_args = out.find("strategy")->find("init_args");
-  for (const char* key : kStrategyAliases) {
+  for (const OptionAlias& entry : kStrategyAliases) {
+    const char* key = entry.name;
     ConfigNode* alias = trainer->find(key);
     if (alias == nullptr || alias->is_null()) continue;
     ConfigNode* target = init_args != nullptr ? init_args->find(key) : nullptr;
