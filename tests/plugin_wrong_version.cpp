@@ -1,5 +1,5 @@
 // A plugin built for another plugin API version: the loader must refuse it
-// without calling its registration function (tests/cli_test.cpp).
+// without calling its registration function (tests/cli/plugins_test.cpp).
 #include <lightning_cpp/core/registry.h>
 
 namespace {

@@ -1,5 +1,5 @@
 // The registry: built-ins registered by explicit calls, names checked, and
-// each kind described once (LT_REGISTRY_KINDS). Plugins: tests/cli_test.cpp.
+// each kind described once (LT_REGISTRY_KINDS). Plugins: tests/cli/plugins_test.cpp.
 #include <gtest/gtest.h>
 
 #include <string>

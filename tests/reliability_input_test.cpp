@@ -3,7 +3,7 @@
 // disk, leftovers of killed runs. Each case ends with its expected message and
 // exit code, loses nothing and leaves nothing behind. The cases that need
 // DDP workers are in tests/plugins/launchers/local_spawn_test.cpp (LocalSpawn.AnUncreatableWorkerLogDir...,
-// Rendezvous.AStaleRankEnvironment...) and tests/distributed/torchrun_test.cpp
+// Rendezvous.AStaleRankEnvironment...) and tests/plugins/launchers/launcher_failures_test.cpp
 // (Failures.*: each failure printed once).
 #include <sys/stat.h>
 #include <sys/wait.h>

@@ -21,7 +21,7 @@ from torch import nn
 
 
 class Reference(nn.Module):
-    """Same layout as the C++ Reference in tests/checkpoint_test.cpp."""
+    """Same layout as the C++ Reference in tests/support/checkpoint_fixture.h."""
 
     def __init__(self):
         super().__init__()
@@ -40,7 +40,7 @@ def read(ckpt_path, out_path):
     # Lightning's "epoch": the epoch during which it was saved (last.ckpt of a
     # 2-epoch fit: at the end of epoch 1), whether finished kept apart.
     assert ckpt["epoch"] == 1 and ckpt["epoch_finished"] is True, (ckpt["epoch"], ckpt["epoch_finished"])
-    # Hyperparameters keep their types (Reference in tests/checkpoint_test.cpp).
+    # Hyperparameters keep their types (Reference in tests/support/checkpoint_fixture.h).
     hparams = ckpt["hparams"]
     assert hparams == {"width": 8, "lr": 0.01, "amsgrad": False, "name": "reference"}, hparams
     assert [type(hparams[k]) for k in ("width", "lr", "amsgrad", "name")] == [int, float, bool, str], hparams

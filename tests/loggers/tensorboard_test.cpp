@@ -3,6 +3,8 @@
 // the Event, Summary and HParams messages parsed by python3-protobuf from a
 // .proto of TensorBoard's field numbers), version folders as CSVLogger picks
 // them, buffering, resume, and nothing written before the first write.
+// This file: loggers/tensorboard.h alone: scalars and hparams, the checker
+// itself, options, versions, restored state, failed writes, the registry.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -31,113 +33,13 @@
 #include <lightning_cpp/trainer/trainer.h>
 
 #include "support/seeding.h"
+#include "loggers/tensorboard_fixture.h"
+
+using namespace lt::testing;  // the checker and its helpers (loggers/tensorboard_fixture.h)
 
 namespace fs = std::filesystem;
 
 namespace {
-
-constexpr const char* kPython = "/usr/bin/python3";
-
-double unix_seconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-std::string read_bytes(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void write_bytes(const fs::path& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
-}
-
-std::vector<fs::path> events_files(const fs::path& dir) {
-  std::vector<fs::path> out;
-  std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    if (it->path().filename().string().rfind("events.out.tfevents.", 0) == 0) out.push_back(it->path());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-// %.17g of a double: Python's repr and C++ spell the same double differently.
-std::string g17(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.17g", v);
-  return buf;
-}
-
-// A decoded events file: the checker's exit code and lines, its numbers
-// rewritten by g17; wall_time, the last line, taken apart.
-struct Decoded {
-  int rc = -1;
-  std::string output;  // as printed, for failure messages
-  std::vector<std::string> lines;
-  double first_wall_time = 0, last_wall_time = 0;
-};
-
-Decoded decode(const fs::path& events) {
-  const std::string cmd = std::string(kPython) + " " + LT_SOURCE_DIR + "/tests/python/tensorboard_events.py '" +
-                          events.string() + "' 2>&1";
-  Decoded d;
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return d;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), pipe)) > 0;) d.output.append(buf, n);
-  const int status = ::pclose(pipe);
-  d.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::istringstream in(d.output);
-  for (std::string line; std::getline(in, line);) {
-    std::vector<std::string> t;
-    std::istringstream words(line);
-    for (std::string w; words >> w;) t.push_back(w);
-    if (t.size() == 3 && t[0] == "wall_time") {
-      d.first_wall_time = std::strtod(t[1].c_str(), nullptr);
-      d.last_wall_time = std::strtod(t[2].c_str(), nullptr);
-      continue;
-    }
-    if (t.size() == 4 && t[0] == "scalar") t[3] = g17(std::strtod(t[3].c_str(), nullptr));
-    if (t.size() == 5 && t[0] == "hparams" && t[3] == "number") t[4] = g17(std::strtod(t[4].c_str(), nullptr));
-    std::string joined;
-    for (const auto& w : t) joined += (joined.empty() ? "" : " ") + w;
-    d.lines.push_back(joined);
-  }
-  return d;
-}
-
-// What the checker prints for a logged scalar: the value as a float32.
-std::string scalar(int64_t step, const std::string& tag, double v) {
-  return "scalar " + std::to_string(step) + " " + tag + " " + g17(static_cast<double>(static_cast<float>(v)));
-}
-
-std::vector<std::string> scalars(const Decoded& d, const std::string& tag = {}) {
-  std::vector<std::string> out;
-  for (const auto& l : d.lines) {
-    if (l.rfind("scalar ", 0) == 0 && (tag.empty() || l.find(" " + tag + " ") != std::string::npos)) out.push_back(l);
-  }
-  return out;
-}
-
-int64_t step_of(const std::string& scalar_line) { return std::stoll(scalar_line.substr(7)); }
-
-struct TensorBoardLoggerTest : lt::testing::SeedingFixture {
-  void SetUp() override {
-    SeedingFixture::SetUp();
-    char tmpl[] = "/tmp/lt_tensorboard_test_XXXXXX";
-    dir_ = ::mkdtemp(tmpl);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  // The checker's dependencies (scripts/install-deps.sh installs them): a
-  // missing one fails the test, as a skip would hide that nothing was checked.
-  static void require_checker() {
-    ASSERT_EQ(std::system((std::string(kPython) + " -c 'import google.protobuf' > /dev/null 2>&1").c_str()), 0)
-        << kPython << " has no google.protobuf: apt-get install python3-protobuf (scripts/install-deps.sh)";
-    ASSERT_EQ(std::system("command -v protoc > /dev/null 2>&1"), 0)
-        << "no protoc: apt-get install protobuf-compiler (scripts/install-deps.sh)";
-  }
-  fs::path dir_;
-};
 
 TEST_F(TensorBoardLoggerTest, ScalarsAndHparamsDecodeIndependently) {
   ASSERT_NO_FATAL_FAILURE(require_checker());
@@ -435,136 +337,6 @@ TEST_F(TensorBoardLoggerTest, RegisteredWithTheTrainersRootDirAsDefault) {
   EXPECT_EQ(logger->name(), "lightning_logs");
   ASSERT_NE(dynamic_cast<lt::TensorBoardLogger*>(logger.get()), nullptr);
   EXPECT_FALSE(fs::exists(dir_ / "lightning_logs"));
-}
-
-// -- a real fit --------------------------------------------------------------------------------------
-
-class Regressor : public lt::LightningModule {
- public:
-  Regressor() {
-    fc = register_module("fc", torch::nn::Linear(4, 1));
-    hparams()["lr"] = 0.05;
-    hparams()["optimizer"] = "sgd";
-  }
-  torch::Tensor training_step(const lt::Batch& batch, int64_t) override {
-    auto loss = torch::mse_loss(fc(batch.data), batch.target);
-    losses.push_back(loss.item<double>());
-    log("loss", loss);
-    return loss;
-  }
-  void validation_step(const lt::Batch& batch, int64_t) override {
-    log("val_loss", torch::mse_loss(fc(batch.data), batch.target));
-  }
-  lt::OptimizerConfig configure_optimizers() override {
-    return std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(0.05));
-  }
-  torch::nn::Linear fc{nullptr};
-  std::vector<double> losses;
-};
-
-std::shared_ptr<lt::DataLoader> regression_data() {
-  auto gen = at::detail::createCPUGenerator(3);
-  auto x = torch::randn({24, 4}, gen);
-  return std::make_shared<lt::DataLoader>(std::make_shared<lt::TensorDataset>(x, x.sum(1, true)),
-                                          lt::DataLoaderOptions(4));
-}
-
-TEST_F(TensorBoardLoggerTest, AFitLogsEveryStepsLossAndTheModulesHparams) {
-  ASSERT_NO_FATAL_FAILURE(require_checker());
-  auto logger = std::make_shared<lt::TensorBoardLogger>(lt::TensorBoardLoggerOptions(dir_.string()));
-  auto model = std::make_shared<Regressor>();
-  lt::Trainer trainer(lt::TrainerOptions()
-                          .max_epochs(2)
-                          .log_every_n_steps(1)
-                          .logger(logger)
-                          .enable_progress_bar(false)
-                          .default_root_dir(dir_.string()));
-  trainer.fit(model, regression_data());
-  ASSERT_EQ(model->losses.size(), 12u);
-
-  const auto files = events_files(dir_ / "lightning_logs" / "version_0");
-  ASSERT_EQ(files.size(), 1u);
-  const Decoded d = decode(files[0]);
-  ASSERT_EQ(d.rc, 0) << d.output;
-  std::vector<std::string> expected;
-  for (size_t i = 0; i < model->losses.size(); ++i) {
-    expected.push_back(scalar(static_cast<int64_t>(i + 1), "loss", model->losses[i]));
-  }
-  EXPECT_EQ(scalars(d, "loss"), expected) << d.output;
-  // The epoch beside every step's values, as Lightning's logger connector adds it.
-  expected.clear();
-  for (size_t i = 0; i < model->losses.size(); ++i) {
-    expected.push_back(scalar(static_cast<int64_t>(i + 1), "epoch", static_cast<double>(i / 6)));
-  }
-  EXPECT_EQ(scalars(d, "epoch"), expected) << d.output;
-  for (const std::string& line : {std::string("hparams session_start_info lr number ") + g17(0.05),
-                                  std::string("hparams session_start_info optimizer string sgd"),
-                                  std::string("hparams experiment hparam lr DATA_TYPE_FLOAT64")}) {
-    EXPECT_NE(std::find(d.lines.begin(), d.lines.end(), line), d.lines.end()) << line << "\n" << d.output;
-  }
-}
-
-// A fit stopped after its first epoch's checkpoint and resumed from "last"
-// shows TensorBoard what the uninterrupted fit shows: the resumed run's file
-// opens with SessionLog START at the step after the checkpoint's last logged
-// step, which hides the crashed run's later steps.
-TEST_F(TensorBoardLoggerTest, AResumedFitShowsWhatAnUninterruptedFitShows) {
-  ASSERT_NO_FATAL_FAILURE(require_checker());
-  struct CrashAt : lt::Callback {
-    explicit CrashAt(int64_t s) : step(s) {}
-    std::string name() const override { return "crash"; }
-    void on_train_batch_end(lt::Trainer& t, lt::LightningModule&, const torch::Tensor&, const lt::Batch&,
-                            int64_t) override {
-      if (t.global_step() == step) throw std::runtime_error("crash");
-    }
-    int64_t step;
-  };
-  auto fit = [&](const fs::path& save_dir, std::vector<std::shared_ptr<lt::Callback>> callbacks,
-                 const std::string& ckpt_path) {
-    callbacks.push_back(std::make_shared<lt::ModelCheckpoint>(lt::ModelCheckpointOptions().save_last(true)));
-    lt::Trainer trainer(lt::TrainerOptions()
-                            .max_epochs(3)
-                            .log_every_n_steps(1)
-                            .enable_progress_bar(false)
-                            .callbacks(callbacks)
-                            .logger(std::make_shared<lt::TensorBoardLogger>(
-                                lt::TensorBoardLoggerOptions(save_dir.string()).flush_secs(0))));
-    torch::manual_seed(0);
-    trainer.fit(std::make_shared<Regressor>(), regression_data(), regression_data(), ckpt_path);
-  };
-  fit(dir_ / "straight", {}, "");
-  EXPECT_THROW(fit(dir_ / "run", {std::make_shared<CrashAt>(9)}, ""), std::runtime_error);
-  fit(dir_ / "run", {}, "last");
-
-  const auto straight = events_files(dir_ / "straight" / "lightning_logs" / "version_0");
-  const auto run = events_files(dir_ / "run" / "lightning_logs" / "version_0");
-  ASSERT_EQ(straight.size(), 1u);
-  ASSERT_EQ(run.size(), 2u) << "the crashed run's file and the resumed run's";
-  EXPECT_FALSE(fs::exists(dir_ / "run" / "lightning_logs" / "version_1"));
-  const Decoded expected = decode(straight[0]);
-  ASSERT_EQ(expected.rc, 0) << expected.output;
-  // Files of one second sort by their counter, the crashed run's first.
-  Decoded crashed = decode(run[0]), resumed = decode(run[1]);
-  ASSERT_EQ(crashed.rc, 0) << crashed.output;
-  ASSERT_EQ(resumed.rc, 0) << resumed.output;
-  if (resumed.lines.size() < 2 || resumed.lines[1].rfind("session_log", 0) != 0) std::swap(crashed, resumed);
-  ASSERT_GE(resumed.lines.size(), 2u) << resumed.output;
-  ASSERT_EQ(resumed.lines[1].rfind("session_log ", 0), 0u) << resumed.output;
-  const int64_t purge_step = std::stoll(resumed.lines[1].substr(12));
-  EXPECT_EQ(resumed.lines[1], "session_log " + std::to_string(purge_step) + " START");
-
-  // What TensorBoard shows: the crashed run's scalars before the purge step,
-  // then the resumed run's (hp_metric, at step 0, is logged by each run).
-  std::vector<std::string> shown;
-  for (const auto& l : scalars(crashed)) {
-    if (step_of(l) < purge_step) shown.push_back(l);
-  }
-  size_t hidden = scalars(crashed).size() - shown.size();
-  for (const auto& l : scalars(resumed)) {
-    if (l.find(" hp_metric ") == std::string::npos) shown.push_back(l);
-  }
-  EXPECT_EQ(shown, scalars(expected)) << "crashed:\n" << crashed.output << "\nresumed:\n" << resumed.output;
-  EXPECT_GT(hidden, 0u) << "the crash came after the checkpoint: some steps are hidden";
 }
 
 }  // namespace

@@ -1,0 +1,194 @@
+// The lightning-cpp command: config errors (exact messages, exit code 2,
+// nothing written), overrides, --print_config, plugins loaded by path, and
+// runs from YAML.
+// This file: runs from YAML (cli/build_run.cpp): fit writes logs,
+// config and checkpoint, ckpt_path best and last in every subcommand,
+// predict, fast_dev_run, logger lists and logger: false.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <regex>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include <lightning_cpp/cli/cli.h>
+#include <lightning_cpp/cli/register_builtins.h>
+#include <lightning_cpp/core/registry.h>
+#include <lightning_cpp/data/fashion_mnist.h>
+#include <lightning_cpp/core/checkpoint_io.h>
+#include <lightning_cpp/trainer/trainer.h>
+
+#include "fashion_mnist/fashion_mnist.h"
+#include "fashion_mnist/registration.h"
+#include "support/cli_fixture.h"
+#include "support/multiprocess.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using lt::testing::CliResult;
+using lt::testing::CliTest;
+using lt::testing::TinyData;
+using lt::testing::TinyNet;
+using lt::testing::read_file;
+
+TEST_F(CliTest, FitFromYamlWritesLogsConfigAndCheckpoint) {
+  const std::string a = write("a.yaml",
+                              "seed_everything: 3\ntrainer:\n  max_epochs: 2\n  enable_progress_bar: false\n"
+                              "model: {class_path: TinyNet, init_args: {hidden: 8}}\ndata: TinyData\n"
+                              "callbacks:\n  - class_path: ModelCheckpoint\n    init_args: {monitor: val_loss, save_last: true}\n");
+  const CliResult r = cli({"fit", "--config", a});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const fs::path v0 = dir_ / "lightning_logs" / "version_0";
+  EXPECT_TRUE(fs::exists(v0 / "metrics.csv"));
+  // The model's hparams with their types: hidden from init_args, an integer.
+  EXPECT_EQ(read_file(v0 / "hparams.yaml"), "hidden: 8\n");
+  EXPECT_TRUE(fs::exists(v0 / "config.yaml"));
+  EXPECT_TRUE(fs::exists(v0 / "checkpoints" / "last.ckpt"));
+  EXPECT_TRUE(fs::exists(v0 / "checkpoints" / "epoch=1-step=8.ckpt"));
+  // The default loggers, Lightning's TensorBoardLogger beside the CSVLogger, in one folder.
+  size_t event_files = 0;
+  for (const auto& e : fs::directory_iterator(v0)) {
+    event_files += e.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
+  }
+  EXPECT_EQ(event_files, 1u);
+
+  // test with the checkpoint's weights (its metrics go to version_1); the next fit to version_2.
+  const CliResult t = cli({"test", "--config", a, "--ckpt_path", (v0 / "checkpoints" / "last.ckpt").string()});
+  ASSERT_EQ(t.code, 0) << t.err;
+  EXPECT_NE(t.out.find("test_loss:"), std::string::npos) << t.out;
+  EXPECT_TRUE(fs::exists(dir_ / "lightning_logs" / "version_1" / "metrics.csv"));
+  ASSERT_EQ(cli({"fit", "--config", a}).code, 0);
+  EXPECT_TRUE(fs::exists(dir_ / "lightning_logs" / "version_2" / "config.yaml"));
+
+  // validate the newest run's best model: a new process finds it in that
+  // run's folder, and logs there (no version_3).
+  const CliResult v = cli({"validate", "--config", a, "--ckpt_path", "best"});
+  ASSERT_EQ(v.code, 0) << v.err;
+  EXPECT_NE(v.out.find("val_loss:"), std::string::npos) << v.out;
+  EXPECT_FALSE(fs::exists(dir_ / "lightning_logs" / "version_3"));
+  const std::string best = (dir_ / "lightning_logs" / "version_2" / "checkpoints" / "epoch=1-step=8.ckpt").string();
+  EXPECT_EQ(v.out, cli({"validate", "--config", a, "--ckpt_path", best}).out);
+  EXPECT_NE(v.out, cli({"validate", "--config", a}).out) << "the untrained model validates alike";
+}
+
+// ckpt_path best and last in every subcommand with the default callbacks (no
+// ModelCheckpoint in the config: one is added in every subcommand, as
+// Lightning's Trainer adds it). Before a fit: a clear error. After it,
+// validate, test and predict in a new process take the weights of that run's
+// best and newest checkpoint (one file here: the default keeps the newest),
+// and log beside it; fit resumes from it.
+TEST_F(CliTest, CkptPathBestAndLastInEverySubcommand) {
+  const std::string a = write("a.yaml", "seed_everything: 3\ntrainer:\n  max_epochs: 2\n  enable_progress_bar: false\n"
+                                        "model: {class_path: TinyNet, init_args: {hidden: 8}}\ndata: TinyData\n");
+  const fs::path logs = dir_ / "lightning_logs", v0 = logs / "version_0";
+  for (const char* which : {"best", "last"}) {
+    const CliResult r = cli({"test", "--config", a, std::string("--ckpt_path=") + which});
+    EXPECT_EQ(r.code, 2) << r.err;
+    const std::string expected = std::string("error: Trainer.test: ckpt_path: ") + which + ": no " + which +
+                                 " checkpoint was found in './lightning_logs/version_0/checkpoints' (the "
+                                 "ModelCheckpoint's dirpath: ";
+    EXPECT_EQ(r.err.rfind(expected, 0), 0u) << r.err;
+  }
+  ASSERT_EQ(cli({"fit", "--config", a}).code, 0);
+  const fs::path ckpt = v0 / "checkpoints" / "epoch=1-step=8.ckpt";
+  ASSERT_TRUE(fs::exists(ckpt));
+  fs::copy_file(ckpt, dir_ / "copy.ckpt");
+  auto predictions = [&](const fs::path& folder) {
+    const c10::IValue list = lt::pickle_load_file((folder / "predictions.pt").string());
+    std::vector<torch::Tensor> batches;
+    for (const c10::IValue& b : list.toListRef()) batches.push_back(b.toTensor());
+    return torch::cat(batches);
+  };
+  std::map<std::string, std::string> out;
+  std::map<std::string, torch::Tensor> predicted;
+  for (const std::string which : {"best", "last"}) {
+    for (const std::string subcommand : {"validate", "test", "predict"}) {
+      const CliResult r = cli({subcommand, "--config", a, "--ckpt_path=" + which});
+      ASSERT_EQ(r.code, 0) << subcommand << " " << which << ": " << r.err;
+      out[subcommand + " " + which] = r.out;
+    }
+    predicted[which] = predictions(v0);
+  }
+  EXPECT_FALSE(fs::exists(logs / "version_1")) << "they log beside the fit";
+  // fit goes on from the last checkpoint, in its folder.
+  ASSERT_EQ(cli({"fit", "--config", a, "--ckpt_path=last", "--trainer.max_epochs=3"}).code, 0);
+  EXPECT_TRUE(fs::exists(v0 / "checkpoints" / "epoch=2-step=12.ckpt"));
+  EXPECT_FALSE(fs::exists(logs / "version_1"));
+
+  // The same as with the file's path (each run logs to a new version).
+  for (const std::string subcommand : {"validate", "test"}) {
+    const CliResult r = cli({subcommand, "--config", a, "--ckpt_path", (dir_ / "copy.ckpt").string()});
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.out.find("_loss: "), std::string::npos) << r.out;
+    EXPECT_EQ(out[subcommand + " best"], r.out) << subcommand;
+    EXPECT_EQ(out[subcommand + " last"], r.out) << subcommand;
+    EXPECT_NE(cli({subcommand, "--config", a}).out, r.out) << "the untrained model " << subcommand << "s alike";
+  }
+  ASSERT_EQ(cli({"predict", "--config", a, "--ckpt_path", (dir_ / "copy.ckpt").string()}).code, 0);
+  const torch::Tensor from_path = predictions(logs / "version_5");
+  EXPECT_TRUE(torch::equal(predicted["best"], from_path));
+  EXPECT_TRUE(torch::equal(predicted["last"], from_path));
+  ASSERT_EQ(cli({"predict", "--config", a}).code, 0);
+  EXPECT_FALSE(torch::equal(predictions(logs / "version_6"), from_path)) << "the untrained model predicts alike";
+}
+
+TEST_F(CliTest, PredictWritesPredictions) {
+  const std::string a = write("a.yaml", "model: TinyNet\ndata: TinyData\ntrainer: {enable_progress_bar: false}\n");
+  const CliResult r = cli({"predict", "--config", a});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(dir_ / "lightning_logs" / "version_0" / "predictions.pt"));
+}
+
+// fast_dev_run: true as in Lightning's YAML (1 batch of each loop), and nothing written.
+TEST_F(CliTest, FastDevRunTrueRunsOneBatchAndWritesNothing) {
+  const std::string a = write("a.yaml", "model: TinyNet\ndata: TinyData\ntrainer: {fast_dev_run: true}\n"
+                                        "callbacks: [{class_path: ModelCheckpoint, init_args: {save_last: true}}]\n");
+  const CliResult r = cli({"fit", "--config", a});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(listing(), std::vector<std::string>{"a.yaml"});
+  const CliResult printed = cli({"fit", "--config", a, "--print_config"});
+  EXPECT_NE(printed.out.find("fast_dev_run: 1"), std::string::npos) << printed.out;
+  fs::remove(a);
+  expect_config_error("model: TinyNet\ndata: TinyData\ntrainer: {fast_dev_run: maybe}\n",
+                      "{f}:3: trainer.fast_dev_run: expected an integer or a boolean (true: 1), got 'maybe'");
+}
+
+// logger: a list of loggers (Lightning's), each with its own init_args; an empty list is an error.
+TEST_F(CliTest, ALoggerListLogsToEach) {
+  const std::string a = write("a.yaml", "model: TinyNet\ndata: TinyData\ntrainer: {max_epochs: 1}\n"
+                                        "logger:\n  - CSVLogger\n  - class_path: TensorBoardLogger\n"
+                                        "    init_args: {name: tb}\n");
+  const CliResult r = cli({"fit", "--config", a});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(dir_ / "lightning_logs" / "version_0" / "metrics.csv"));
+  EXPECT_TRUE(fs::exists(dir_ / "lightning_logs" / "version_0" / "config.yaml")) << "the first logger's folder";
+  bool events = false;
+  for (const auto& e : fs::directory_iterator(dir_ / "tb" / "version_0")) {
+    events = events || e.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
+  }
+  EXPECT_TRUE(events);
+  fs::remove_all(dir_ / "lightning_logs");
+  fs::remove_all(dir_ / "tb");
+  fs::remove(a);
+  expect_config_error("model: TinyNet\ndata: TinyData\nlogger: []\n",
+                      "{f}:3: logger: an empty list; say false for no logger");
+}
+
+// logger: false is Lightning's logger=False: no logger, not even the Trainer's default one.
+TEST_F(CliTest, LoggerFalseLogsNothing) {
+  const std::string a = write("a.yaml", "model: TinyNet\ndata: TinyData\n"
+                                        "trainer: {max_epochs: 1, enable_checkpointing: false}\nlogger: false\n");
+  const CliResult r = cli({"fit", "--config", a});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_FALSE(fs::exists(dir_ / "lightning_logs"));
+  EXPECT_EQ(listing(), (std::vector<std::string>{"a.yaml", "config.yaml"})) << "config.yaml in the log_dir, the root";
+}
+
+}  // namespace

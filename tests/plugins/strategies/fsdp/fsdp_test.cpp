@@ -1,0 +1,92 @@
+// The fsdp strategy: sharded gradients and optimizer state under lockstep
+// Join, against the Python oracle's window rule (tests/fixtures/join_lockstep.txt:
+// PyTorch's own FSDP has no Join and its ZeroRedundancyOptimizer under Join
+// steps stale shards, so the oracle is the single-optimizer window rule) and
+// against the ddp strategy. Real worker processes, gloo on 127.0.0.1.
+// This file: the strategy's options: reduce_dtype float16
+// against ddp's fp16 compress hook, and HYBRID_SHARD refused on ranks not
+// laid out node by node.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <string>
+
+#include <lightning_cpp/lightning.h>
+
+#include "distributed/join_oracle.h"
+#include "plugins/strategies/fsdp/fsdp_fixture.h"
+#include "support/multiprocess.h"
+
+// env_int, the Join oracle's model, data and fixtures, fsdp(), ddp(), options()
+// (plugins/strategies/fsdp/fsdp_fixture.h).
+using namespace lt::testing;
+
+// reduce_dtype float16 (PyTorch's MixedPrecision.reduce_dtype) reduces the
+// gradients as ddp's fp16_compress_hook does (cast, divide by the world size,
+// reduce, cast back): on 2 ranks with 3 and 5 batches (lockstep Join), Adam,
+// 2 epochs, every sharding ends with ddp-with-the-hook's weights, bitwise,
+// and not with float32 ddp's (the reduction really ran in float16).
+LT_TEST_WORKER(FsdpReduceDtype) {
+  const int rank = env_int("RANK");
+  auto train = [&](const std::shared_ptr<lt::Strategy>& strategy, bool units) {
+    auto model = std::make_shared<JoinNet>(units);
+    model->optim = "adam";
+    lt::Trainer trainer(options(strategy, 2).max_epochs(2));
+    trainer.fit(model, rank_loader(rank, rank == 0 ? 3 : 5));
+    return model->flat();
+  };
+  ddp()->options().ddp_comm_hook(lt::DDPCommHook::kFp16Compress);
+  const torch::Tensor hooked = train(ddp(), false);
+  ddp()->options().ddp_comm_hook(lt::DDPCommHook::kAllreduce);
+  const torch::Tensor fp32 = train(ddp(), false);
+  LT_WORKER_CHECK((hooked - fp32).abs().max().item<double>() > 1e-6, "float16 reductions changed nothing");
+  fsdp()->options().reduce_dtype(lt::ReduceDtype::kFloat16);
+  for (const auto sharding : {lt::ShardingStrategy::kShardGradOp, lt::ShardingStrategy::kFullShard,
+                              lt::ShardingStrategy::kNoShard}) {
+    fsdp()->options().sharding_strategy(sharding);
+    const torch::Tensor sharded = train(fsdp(), sharding == lt::ShardingStrategy::kFullShard);
+    const double differ = (sharded - hooked).abs().max().item<double>();
+    LT_WORKER_CHECK(differ == 0.0, lt::OptionCodec<lt::ShardingStrategy>::show(sharding),
+                    " with reduce_dtype float16 differs from ddp's fp16_compress_hook by ", differ);
+  }
+  fsdp()->options().reduce_dtype(lt::ReduceDtype::kFloat32).sharding_strategy(lt::ShardingStrategy::kShardGradOp);
+  return 0;
+}
+
+TEST(FsdpMixedPrecision, ReduceDtypeFloat16ReducesAsDdpsFp16CompressHook) {
+  expect_workers_pass("FsdpReduceDtype", 2, std::chrono::seconds(90));
+}
+
+// HYBRID_SHARD on ranks that are not laid out node by node (here rank 0 on
+// node 1 and rank 1 on node 0) is refused on every rank, naming the layout.
+LT_TEST_WORKER(FsdpHybridLayoutRefused) {
+  fsdp()->options().sharding_strategy(lt::ShardingStrategy::kHybridShard);
+  try {
+    lt::Trainer trainer(options(fsdp(), 2));
+    trainer.fit(std::make_shared<JoinNet>(), rank_loader(env_int("RANK"), 2));
+  } catch (const lt::ValueError& e) {
+    const std::string what = e.what();
+    LT_WORKER_CHECK(what.find("HYBRID_SHARD") != std::string::npos &&
+                        what.find("global rank = node_rank * local_world_size + local_rank") != std::string::npos &&
+                        what.find(c10::str("this rank is ", env_int("RANK"), " of 2, node ", 1 - env_int("RANK"))) !=
+                            std::string::npos,
+                    what);
+    return 0;
+  }
+  LT_WORKER_CHECK(false, "the layout was not refused");
+  return 1;
+}
+
+TEST(FsdpStrategy, HybridShardOnRanksNotLaidOutByNodeIsRefusedOnEveryRank) {
+  WorkerOptions options;
+  options.timeout = std::chrono::seconds(60);
+  options.rank_env = {{{"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "1"}, {"GROUP_RANK", "1"}},
+                      {{"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "1"}, {"GROUP_RANK", "0"}}};
+  const WorkersResult result = run_workers("FsdpHybridLayoutRefused", 2, options);
+  EXPECT_TRUE(result.ok()) << result.summary();
+}
