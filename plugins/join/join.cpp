@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/comm.hpp>
 
 #include <lightning_cpp/core/rank_zero.h>
 
@@ -122,4 +123,25 @@ c10::intrusive_ptr<c10d::Work> Join::notify_join_context(Joinable& joinable) {
   return work;
 }
 
+int64_t find_common_rank(const Joinable& joinable, bool candidate) {
+  const auto group = joinable.join_process_group();
+  std::vector<torch::Tensor> t{torch::full({1}, candidate ? int64_t(group->getRank()) : int64_t(-1),
+                                           torch::TensorOptions().dtype(torch::kLong).device(joinable.join_device()))};
+  c10d::AllreduceOptions max;
+  max.reduceOp = c10d::ReduceOp::MAX;
+  group->allreduce(t, max)->wait();
+  return t[0].item<int64_t>();
+}
+
+void broadcast_from_last_joiner(const Joinable& joinable, std::vector<torch::Tensor> tensors, bool is_last_joiner) {
+  constexpr int64_t kBucketBytes = int64_t(250) * 1024 * 1024;  // DDP's broadcast bucket
+  const int64_t last = find_common_rank(joinable, is_last_joiner);
+  LT_CHECK(last != -1, "Join (rank ", joinable.join_process_group()->getRank(),
+           "): no rank was the last to join; this is a bug in the Join bookkeeping");
+  if (tensors.empty()) return;
+  torch::NoGradGuard no_grad;
+  c10d::broadcast_coalesced(joinable.join_process_group(), tensors, kBucketBytes, static_cast<int>(last));
+}
+
 }  // namespace lt
+

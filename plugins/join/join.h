@@ -78,6 +78,15 @@ class Joinable {
   JoinConfig join_config_;
 };
 
+// The highest rank of `joinable`'s process group where `candidate` is true
+// (PyTorch DDP's _find_common_rank): one allreduce(MAX) every rank issues;
+// -1 where no rank was a candidate.
+int64_t find_common_rank(const Joinable& joinable, bool candidate);
+// The end of a post_hook whose ranks must all leave with the last joiner's
+// state (ties: the highest rank): find_common_rank(is_last_joiner), then a
+// coalesced broadcast of `tensors` from it (none where `tensors` is empty).
+void broadcast_from_last_joiner(const Joinable& joinable, std::vector<torch::Tensor> tensors, bool is_last_joiner);
+
 // Thrown on every rank with throw_on_early_termination once any rank ran out of inputs.
 class EarlyTerminationError : public Error {
  public:

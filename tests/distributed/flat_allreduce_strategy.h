@@ -85,13 +85,9 @@ class FlatAllreduceSync : public GradientSync {
     }
     // Every rank takes the parameters of the highest last joiner.
     void post_hook(bool is_last_joiner) override {
-      torch::Tensor candidate = torch::full({1}, is_last_joiner ? sync_.group_->getRank() : -1, torch::kLong);
-      c10d::AllreduceOptions max;
-      max.reduceOp = c10d::ReduceOp::MAX;
-      std::vector<torch::Tensor> t{candidate};
-      sync_.group_->allreduce(t, max)->wait();
-      torch::NoGradGuard no_grad;
-      for (auto& p : sync_.params_) sync_.broadcast(p, candidate.item<int64_t>());
+      std::vector<torch::Tensor> params;
+      for (auto& p : sync_.params_) params.push_back(p.detach());
+      broadcast_from_last_joiner(sync_, std::move(params), is_last_joiner);
     }
 
    private:

@@ -331,13 +331,8 @@ void DistributedDataParallel::sync_module_buffers(int64_t authoritative_rank) {
 }
 
 int64_t DistributedDataParallel::find_common_rank(int64_t input_rank, bool rank_cond) {
-  // -1: this rank is not a candidate.
-  std::vector<torch::Tensor> t{torch::full({1}, rank_cond ? input_rank : -1,
-                                           torch::TensorOptions().dtype(torch::kLong).device(device_))};
-  c10d::AllreduceOptions opts;
-  opts.reduceOp = c10d::ReduceOp::MAX;
-  process_group_->allreduce(t, opts)->wait();
-  const int64_t common = t[0].item<int64_t>();
+  LT_INTERNAL_ASSERT(input_rank == process_group_->getRank(), "find_common_rank of another rank");
+  const int64_t common = lt::find_common_rank(*this, rank_cond);
   LT_CHECK(common != -1, "DistributedDataParallel (rank ", rank_,
            "): no rank was a candidate for the common rank; this is a bug in the Join bookkeeping");
   return common;
@@ -400,12 +395,7 @@ void DistributedDataParallel::adopt_reduced_gradients(const std::vector<c10d::Gr
 
 void DistributedDataParallel::sync_final_model(bool is_last_joiner) {
   // The last rank to join holds the final model; ties go to the larger rank.
-  const int64_t authoritative = find_common_rank(rank_, is_last_joiner);
-  torch::NoGradGuard no_grad;
-  auto states = module_states();
-  if (!states.empty()) {
-    c10d::broadcast_coalesced(process_group_, states, kBroadcastBucketBytes, static_cast<int>(authoritative));
-  }
+  broadcast_from_last_joiner(*this, module_states(), is_last_joiner);
 }
 
 bool DistributedDataParallel::rebuild_buckets() { return reducer_->rebuild_buckets(); }

@@ -45,12 +45,7 @@ class FlatShard::JoinHookImpl : public JoinHook {
       if (b.defined()) buffers.push_back(b.detach());
     }
     if (buffers.empty()) return;  // alike on every rank: the same module
-    std::vector<torch::Tensor> rank{torch::full({1}, is_last_joiner ? int64_t(sync_.group_->getRank()) : int64_t(-1),
-                                                torch::TensorOptions().dtype(torch::kLong).device(sync_.device_))};
-    c10d::AllreduceOptions max;
-    max.reduceOp = c10d::ReduceOp::MAX;
-    sync_.group_->allreduce(rank, max)->wait();
-    c10d::broadcast_coalesced(sync_.group_, buffers, kBroadcastBucketBytes, static_cast<int>(rank[0].item<int64_t>()));
+    broadcast_from_last_joiner(sync_, std::move(buffers), is_last_joiner);
   }
 
  private:
