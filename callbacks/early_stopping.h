@@ -16,7 +16,7 @@
 
 namespace lt {
 
-// The options' rows, with their docs: callbacks/early_stopping_options.def.
+// The options, each with its /// doc above its row: callbacks/early_stopping_options.def.
 struct EarlyStoppingOptions {
   EarlyStoppingOptions() = default;
   EarlyStoppingOptions(std::string monitor) : monitor_(std::move(monitor)) {}  // NOLINT

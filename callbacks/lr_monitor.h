@@ -14,7 +14,7 @@
 
 namespace lt {
 
-// The options' rows, with their docs: callbacks/lr_monitor_options.def.
+// The options, each with its /// doc above its row: callbacks/lr_monitor_options.def.
 struct LearningRateMonitorOptions {
 #define LT_OPTION LT_OPTION_ARG
 #include <lightning_cpp/callbacks/lr_monitor_options.def>

@@ -20,7 +20,7 @@
 
 namespace lt {
 
-// The options' rows, with their docs: callbacks/model_checkpoint_options.def.
+// The options, each with its /// doc above its row: callbacks/model_checkpoint_options.def.
 struct ModelCheckpointOptions {
 #define LT_OPTION LT_OPTION_ARG
 #include <lightning_cpp/callbacks/model_checkpoint_options.def>

@@ -34,7 +34,7 @@ class Module;
 
 namespace lt {
 
-// The options' rows, with their docs: callbacks/model_summary_options.def.
+// The options, each with its /// doc above its row: callbacks/model_summary_options.def.
 struct ModelSummaryOptions {
 #define LT_OPTION LT_OPTION_ARG
 #include <lightning_cpp/callbacks/model_summary_options.def>

@@ -21,7 +21,7 @@
 
 namespace lt {
 
-// The options' rows, with their docs: callbacks/progress_bar_options.def.
+// The options, each with its /// doc above its row: callbacks/progress_bar_options.def.
 struct ProgressBarOptions {
   using StreamPtr = std::ostream*;
 #define LT_CPP_OPTION LT_CPP_OPTION_ARG

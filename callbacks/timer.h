@@ -27,7 +27,7 @@ struct DurationText {
   static std::string show(const Duration& duration);
 };
 
-// The options' rows, with their docs: callbacks/timer_options.def.
+// The options, each with its /// doc above its row: callbacks/timer_options.def.
 struct TimerOptions {
 #define LT_OPTION LT_OPTION_ARG
 #define LT_OPTION_WITH LT_OPTION_WITH_ARG

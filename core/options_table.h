@@ -8,6 +8,8 @@
 //   LT_OPTION_ALIAS(name, "key")                        an attribute of the row `name` above it: YAML's
 //                                                       trainer.<name> is an alias, whose value the CLI
 //                                                       moves to `key`, the option's place in a config
+// Each option row has a /// line directly above it, its doc for readers, as LibTorch's TORCH_ARGs do
+// (scripts/check_option_docs.py checks it).
 //
 // included under different definitions of LT_OPTION (LLVM's PassRegistry.def):
 //   - in the struct: LT_OPTION_ARG makes the TORCH_ARG setter and getter;

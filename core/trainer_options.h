@@ -53,7 +53,7 @@ struct ProfilerByName {
   static std::string show(const std::shared_ptr<Profiler>& profiler);
 };
 
-// The options' rows, with their docs: core/trainer_options.def.
+// The options, each with its /// doc above its row: core/trainer_options.def.
 struct TrainerOptions {
 #define LT_OPTION LT_OPTION_ARG
 #define LT_OPTION_WITH LT_OPTION_WITH_ARG

@@ -40,7 +40,7 @@
 
 namespace lt {
 
-// The options' rows, with their docs: data/data_loader_options.def.
+// The options, each with its /// doc above its row: data/data_loader_options.def.
 struct DataLoaderOptions {
   DataLoaderOptions() = default;
   DataLoaderOptions(int64_t batch_size) : batch_size_(batch_size) {}  // NOLINT

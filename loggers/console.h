@@ -16,7 +16,7 @@ class logger;
 
 namespace lt {
 
-// The options' rows, with their docs: loggers/console_options.def.
+// The options, each with its /// doc above its row: loggers/console_options.def.
 struct ConsoleLoggerOptions {
 #define LT_OPTION LT_OPTION_ARG
 #include <lightning_cpp/loggers/console_options.def>

@@ -22,7 +22,8 @@
 
 namespace lt {
 
-// The options' rows, with their docs: loggers/csv_options.def.
+// The options, each with its /// doc above its row: loggers/csv_options.def,
+// after those of version_folder_options.def.
 struct CSVLoggerOptions {
   CSVLoggerOptions() = default;
   CSVLoggerOptions(std::string save_dir) : save_dir_(std::move(save_dir)) {}  // NOLINT

@@ -34,7 +34,8 @@
 
 namespace lt {
 
-// The options' rows, with their docs: loggers/tensorboard_options.def.
+// The options, each with its /// doc above its row: loggers/tensorboard_options.def,
+// after those of version_folder_options.def.
 struct TensorBoardLoggerOptions {
   TensorBoardLoggerOptions() = default;
   TensorBoardLoggerOptions(std::string save_dir) : save_dir_(std::move(save_dir)) {}  // NOLINT

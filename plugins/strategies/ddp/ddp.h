@@ -31,7 +31,8 @@ struct OptionEnumNames<DDPCommHook> {
                                                                    {DDPCommHook::kBf16Compress, "bf16_compress_hook"}};
 };
 
-// The options' rows, with their docs: ddp/ddp_options.def.
+// The options, each with its /// doc above its row: ddp/ddp_options.def,
+// after the shared ones of parallel_options.def.
 struct DDPStrategyOptions {
 #define LT_OPTION LT_OPTION_ARG
 #include <lightning_cpp/plugins/strategies/ddp/ddp_options.def>

@@ -89,7 +89,8 @@ struct OptionEnumNames<StateDictType> {
                                                                      {StateDictType::kSharded, "sharded"}};
 };
 
-// The options' rows, with their docs: fsdp/fsdp_options.def.
+// The options, each with its /// doc above its row: fsdp/fsdp_options.def,
+// after the shared ones of parallel_options.def.
 struct FSDPStrategyOptions {
 #define LT_OPTION LT_OPTION_ARG
 #include <lightning_cpp/plugins/strategies/fsdp/fsdp_options.def>
