@@ -6,6 +6,8 @@
 #include <lightning_cpp/core/fused_optimizer.h>
 #include <lightning_cpp/core/lightning_module.h>
 #include <lightning_cpp/core/optimizer_state.h>
+#include <lightning_cpp/core/run_state.h>
+#include <lightning_cpp/core/signals.h>
 #include <lightning_cpp/core/state_dict.h>
 
 namespace lt {
@@ -32,9 +34,26 @@ torch::Tensor Strategy::training_step(LightningModule& module, const Batch& batc
 void Strategy::backward(const torch::Tensor& loss, LightningModule& /*module*/) { loss.backward(); }
 
 void Strategy::optimizer_step(torch::optim::Optimizer& optimizer) {
+  // optimizer.step(), fused where it can be (bitwise the same)
+  run_optimizer_step([&optimizer] { step_optimizer(optimizer); });
+}
+
+void Strategy::run_optimizer_step(const std::function<void()>& step) {
   release_gradients();
-  step_optimizer(optimizer);  // optimizer.step(), fused where it can be (bitwise the same)
+  step();
   after_optimizer_step();
+}
+
+TrainingEpochContext::TrainingEpochContext(EpochPlan plan) : plan_(plan) {
+  LT_INTERNAL_ASSERT(plan_.state != nullptr && plan_.steps != nullptr, "an EpochPlan without its run state or steps");
+}
+
+bool TrainingEpochContext::max_steps_reached() const {
+  return plan_.max_steps >= 0 && plan_.state->global_step >= plan_.max_steps;
+}
+
+bool TrainingEpochContext::stops_after(bool window_end) {
+  return max_steps_reached() || plan_.state->should_stop || (window_end && stop_requested(interrupt_signal() != 0));
 }
 
 std::unique_ptr<TrainingEpochContext> Strategy::training_epoch_context(LightningModule& /*module*/,

@@ -26,6 +26,29 @@ class Callback;
 struct RunState;
 class DataLoader;
 
+class ResultCollection;
+
+// What the loop iterating a training epoch does that a rank which ran out of
+// data must do with the others (Join): the Trainer's training epoch loop and
+// Fabric::join implement it; the strategy's epoch context calls it.
+class EpochSteps {
+ public:
+  virtual ~EpochSteps() = default;
+  // Whether optimizer_step() can run without a micro-batch of this rank's
+  // (false: manual optimization, whose steps are the user's training_step).
+  virtual bool steps_without_batch() const = 0;
+  // The optimizer step on the gradients already in param.grad (automatic
+  // optimization: clipping, step, hooks, zero_grad, global_step, per-step
+  // scheduler; Fabric: the user's step): a padding micro-batch's at a
+  // window's end, and a joined rank's with the others (lockstep Join).
+  virtual void optimizer_step() = 0;
+  // After a rank that joined shadowed iteration `iteration` of the ranks still
+  // training (RunState::epoch_iteration already counts it): the end of that
+  // iteration as they run it (the step-end hooks after a lockstep step;
+  // validation at a validation point).
+  virtual void joined_iteration_end(int64_t iteration) = 0;
+};
+
 // One training epoch as a rank sees it.
 struct EpochPlan {
   // This rank's batches (after limit_train_batches); -1 for a stream of
@@ -35,22 +58,15 @@ struct EpochPlan {
   // The iteration the epoch starts at: 0, or where a mid-epoch checkpoint
   // left it (at an accumulation window's end).
   int64_t first_iteration = 0;
-  // The loop's optimizer step (clipping, step, hooks, zero_grad, global_step,
-  // per-step scheduler) on gradients already in param.grad, for a rank with
-  // no micro-batch in a window that steps with the others (lockstep Join).
-  // Empty where the loop cannot (manual optimization).
-  std::function<void()> joined_step;
-  // What a rank that has joined runs after it shadowed one iteration of the
-  // ranks still training (`iteration`: their micro-batch index), where they
-  // run the end of that iteration: the step-end hooks after a lockstep step,
-  // and validation when the iteration is a validation point.
-  std::function<void(int64_t iteration)> joined_iteration_end;
-  // Whether every rank stops after the current iteration: max_steps,
-  // should_stop (set alike on every rank, as callbacks reduce it), or at an
-  // accumulation window's end a stop the ranks agreed on (stop_requested).
-  // The loop breaks on it; a joined rank asks it after each iteration it
-  // shadowed (scheduled Join).
-  std::function<bool(bool window_end)> stops_after;
+  // Every rank stops once global_step reaches it; -1: never.
+  int64_t max_steps = -1;
+  // The run's state (global_step, should_stop, epoch_iteration): never null.
+  RunState* state = nullptr;
+  // The training step's logged values (Join reduces their sync_dist ones
+  // with the joined ranks); null where nothing logs (Fabric).
+  ResultCollection* results = nullptr;
+  // The loop's steps; never null.
+  EpochSteps* steps = nullptr;
 };
 
 // RAII guard around one micro-batch (DDP: no_sync on accumulation micro-batches).
@@ -66,7 +82,8 @@ class BatchGuard {
 // with the other ranks (see plugins/join/epoch_context.h).
 class TrainingEpochContext {
  public:
-  explicit TrainingEpochContext(EpochPlan plan) : plan_(plan) {}
+  // plan.state and plan.steps are never null.
+  explicit TrainingEpochContext(EpochPlan plan);
   virtual ~TrainingEpochContext() = default;
   const EpochPlan& plan() const { return plan_; }
   // A stream's end, found by the loop: from here num_iterations() counts.
@@ -86,6 +103,13 @@ class TrainingEpochContext {
   // finish(). A strategy whose ranks must stay in lockstep agrees on the
   // step across ranks; under Join a rank may simply leave early.
   virtual bool stop_requested(bool local) { return local; }
+  // Whether every rank stops after the current iteration: max_steps,
+  // should_stop (set alike on every rank, as callbacks reduce it), or at an
+  // accumulation window's end a stop the ranks agreed on (stop_requested with
+  // this process's signal). Asked after each iteration, a shadowed one too
+  // (scheduled Join).
+  bool stops_after(bool window_end);
+  bool max_steps_reached() const;
   // After the last iteration, before epoch-end validation and hooks. May run
   // collectives (Join: shadow the ranks still training, then post hooks).
   virtual void finish() {}
@@ -151,6 +175,9 @@ class Strategy {
   virtual void backward(const torch::Tensor& loss, LightningModule& module);
   // release_gradients(), optimizer.step(), after_optimizer_step().
   void optimizer_step(torch::optim::Optimizer& optimizer);
+  // The same around a step of the caller's (Fabric's: the user's step, which
+  // may step several optimizers).
+  void run_optimizer_step(const std::function<void()>& step);
   // After a window's gradients were reduced, before the optimizer step and
   // zero_grad: a strategy whose gradients alias its own buffers (DDP's
   // gradient_as_bucket_view) detaches them, so that zero_grad can reset them.

@@ -1,10 +1,8 @@
 #include <lightning_cpp/fabric/join_epoch.h>
 
-#include <csignal>
 #include <utility>
 
 #include <lightning_cpp/core/check.h>
-#include <lightning_cpp/core/signals.h>
 #include <lightning_cpp/data/data_loader.h>
 #include <lightning_cpp/fabric/fabric.h>
 
@@ -31,11 +29,7 @@ JoinEpoch::JoinEpoch(Fabric& fabric, DataLoader& loader, std::function<void()> s
     state.epoch_ended = false;
   }
   loader_.set_epoch(state.current_epoch);
-  // A mid-epoch checkpoint's position (Fabric::load), at an accumulation window's end.
-  iteration_ = std::exchange(state.resume_iteration, 0);
-  state.epoch_iteration = iteration_;
   const int64_t n = loader_.size() == DataLoader::kUnknownSize ? -1 : loader_.size();
-  state.num_training_batches = n;
   Strategy& strategy = *fabric_.strategy_;
   FeatureSet features;
   features.options = &fabric_.trainer_options_;
@@ -46,16 +40,10 @@ JoinEpoch::JoinEpoch(Fabric& fabric, DataLoader& loader, std::function<void()> s
   EpochPlan plan;
   plan.num_batches = n;
   plan.accumulate_grad_batches = k_;
-  plan.first_iteration = iteration_;
-  plan.joined_step = [this] { this->step(); };
-  // A rank that joined counts the iterations it shadows (a checkpoint after
-  // an agreed stop resumes every rank at the same one).
-  plan.joined_iteration_end = [&state](int64_t iteration) { state.epoch_iteration = iteration + 1; };
-  plan.stops_after = [this](bool window_end) {
-    return window_end && context_->stop_requested(interrupt_signal() != 0);
-  };
-  context_ = strategy.training_epoch_context(*fabric_.module_, plan);
-  state.epoch_length = context_->epoch_length();
+  plan.state = &state;
+  plan.steps = this;
+  // From a mid-epoch checkpoint's position (Fabric::load), at an accumulation window's end.
+  driver_ = std::make_unique<EpochDriver>(strategy, *fabric_.module_, loader_, plan);
   fabric_.epoch_ = this;
 }
 
@@ -64,8 +52,7 @@ JoinEpoch::~JoinEpoch() {
   // collective runs here (launch reports the failure on every rank).
   body_.reset();
   forward_.reset();
-  guard_.reset();
-  context_.reset();
+  driver_.reset();
   if (fabric_.epoch_ == this) fabric_.epoch_ = nullptr;
 }
 
@@ -76,88 +63,59 @@ JoinEpoch::Iterator JoinEpoch::begin() {
   return Iterator(this);
 }
 
-bool JoinEpoch::window_end(int64_t iteration) const {
-  const int64_t iterations = context_->plan().num_batches >= 0 ? context_->num_iterations() : -1;
-  return (iteration + 1) % k_ == 0 || iteration + 1 == iterations;
-}
-
-// A stream's end (no batch `iteration`): from here the context counts it.
-void JoinEpoch::find_end(int64_t iteration) {
-  if (context_->plan().num_batches >= 0 || loader_.has_batch(iteration)) return;
-  context_->set_num_batches(iteration);
-  fabric_.state_.num_training_batches = iteration;
-  fabric_.state_.epoch_length = context_->epoch_length();
-}
-
 void JoinEpoch::advance() {
   Strategy& strategy = *fabric_.strategy_;
-  LightningModule& module = *fabric_.module_;
-  RunState& state = fabric_.state_;
-  while (true) {
-    find_end(iteration_);
-    if (context_->plan().num_batches >= 0 && iteration_ >= context_->num_iterations()) {
-      finish();
-      return;
-    }
-    find_end(iteration_ + 1);
-    const bool ends_window = window_end(iteration_);
-    guard_ = context_->batch(iteration_, ends_window);
-    if (context_->plan().num_batches >= 0 && iteration_ >= context_->plan().num_batches) {
+  while (const std::optional<MicroBatch> micro = driver_->next()) {
+    micro_ = *micro;
+    if (micro_.padding) {
       // A padding micro-batch (Join): this rank's last window closes with the
       // others' (the context ran its forward-side collectives).
-      strategy.backward(zero_loss(module, strategy.root_device()), module);
-      if (ends_window) step();
-      if (end_iteration(ends_window)) return;
+      driver_->run_padding(micro_);
+      if (end_iteration()) return;
       continue;
     }
-    state.batch_idx = iteration_;
-    batch_ = strategy.prepare_batch(loader_.get(iteration_));
-    strategy.before_forward(module);
+    fabric_.state_.batch_idx = micro_.index;
+    batch_ = strategy.prepare_batch(loader_.get(micro_.index));
+    strategy.before_forward(*fabric_.module_);
     forward_ = strategy.precision().forward_context();
     backward_done_ = false;
-    body_.emplace(state, kBody, kBodyFix);
+    body_.emplace(fabric_.state_, kBody, kBodyFix);
     return;
   }
+  finish();
 }
 
 void JoinEpoch::next() {
   LT_CHECK(body_.has_value(), "JoinEpoch: advanced past its end");
   body_.reset();
   forward_.reset();
-  LT_CHECK(backward_done_, "Fabric: batch ", iteration_, " of epoch ", fabric_.state_.current_epoch, " (rank ",
+  LT_CHECK(backward_done_, "Fabric: batch ", micro_.index, " of epoch ", fabric_.state_.current_epoch, " (rank ",
            fabric_.global_rank(), ") ended without fabric.backward(loss): under fabric.join() every batch's body "
            "calls it once, since the ranks reduce gradients together (for a batch that must not count, backward "
            "loss * 0)");
-  const bool ends_window = window_end(iteration_);
-  if (ends_window) step();
-  if (end_iteration(ends_window)) return;
+  if (micro_.ends_window) optimizer_step();
+  if (end_iteration()) return;
   advance();
 }
 
-bool JoinEpoch::end_iteration(bool ends_window) {
-  RunState& state = fabric_.state_;
-  context_->end_batch(iteration_);
-  guard_.reset();
-  state.epoch_iteration = ++iteration_;
-  if (!context_->plan().stops_after(ends_window)) return false;
-  state.interrupted_by = interrupt_signal() != 0 ? interrupt_signal() : SIGTERM;
-  stopped_ = true;
+bool JoinEpoch::end_iteration() {
+  driver_->end_batch();
+  if (!driver_->stops_after(micro_)) return false;
   finish();
   return true;
 }
 
-void JoinEpoch::step() {
+void JoinEpoch::optimizer_step() {
   RunState& state = fabric_.state_;
   UnmatchedHooks matched(state, nullptr);  // every rank takes the step
   Strategy& strategy = *fabric_.strategy_;
   Precision& precision = strategy.precision();
-  strategy.release_gradients();
   bool steps = true;  // 16-mixed: not on non-finite scaled gradients
   for (const auto& optimizer : fabric_.optim_.optimizers) steps = precision.unscale_gradients(*optimizer) && steps;
   if (steps) {
-    step_();
-    strategy.after_optimizer_step();  // a sharding strategy gathers the updated shards
+    strategy.run_optimizer_step(step_);  // a sharding strategy gathers the updated shards after it
   } else {
+    strategy.release_gradients();
     for (const auto& optimizer : fabric_.optim_.optimizers) optimizer->zero_grad();
   }
   precision.after_optimizer_step();
@@ -166,7 +124,7 @@ void JoinEpoch::step() {
 
 void JoinEpoch::backward(const torch::Tensor& loss) {
   LT_CHECK(body_.has_value(), "Fabric::backward: outside the body of the fabric.join() loop it belongs to");
-  LT_CHECK(!backward_done_, "Fabric::backward: called a second time in batch ", iteration_, " of epoch ",
+  LT_CHECK(!backward_done_, "Fabric::backward: called a second time in batch ", micro_.index, " of epoch ",
            fabric_.state_.current_epoch, " (rank ", fabric_.global_rank(), "): under fabric.join() each batch ",
            "reduces its gradients once; backward the sum of the losses");
   backward_done_ = true;
@@ -178,14 +136,8 @@ void JoinEpoch::backward(const torch::Tensor& loss) {
 }
 
 void JoinEpoch::finish() {
-  RunState& state = fabric_.state_;
-  context_->finish();  // a rank that ran out of data shadows the others here
-  // A stop another rank asked for reaches this one at the epoch's end at the latest.
-  if (!stopped_ && context_->stop_requested(interrupt_signal() != 0)) {
-    state.interrupted_by = interrupt_signal() != 0 ? interrupt_signal() : SIGTERM;
-    stopped_ = true;
-  }
-  state.epoch_ended = !stopped_;
+  driver_->finish();  // a rank that ran out of data shadows the others here
+  fabric_.state_.epoch_ended = !driver_->stopped();
   done_ = true;
   fabric_.epoch_ = nullptr;
 }

@@ -39,6 +39,7 @@
 #include <lightning_cpp/core/precision.h>
 #include <lightning_cpp/core/run_state.h>
 #include <lightning_cpp/core/strategy.h>
+#include <lightning_cpp/plugins/join/epoch_driver.h>
 
 namespace lt {
 
@@ -52,11 +53,13 @@ struct JoinOptions {
   TORCH_ARG(int64_t, accumulate_grad_batches) = 1;
 };
 
-class JoinEpoch {
+// The epoch's micro-batches come from the epoch driver (plugins/join/epoch_driver.h),
+// the same the Trainer's training epoch loop iterates.
+class JoinEpoch : private EpochSteps {
  public:
   // Fabric::join makes it; the epoch is Fabric::current_epoch().
   JoinEpoch(Fabric& fabric, DataLoader& loader, std::function<void()> step, JoinOptions options);
-  ~JoinEpoch();
+  ~JoinEpoch() override;
   JoinEpoch(const JoinEpoch&) = delete;
   JoinEpoch& operator=(const JoinEpoch&) = delete;
 
@@ -81,7 +84,7 @@ class JoinEpoch {
 
   // The ranks agreed to stop early (a signal: SIGTERM, SIGINT): the loop ended
   // after the same optimizer step on every rank. Fabric::interrupted() names the signal.
-  bool stopped() const { return stopped_; }
+  bool stopped() const { return driver_->stopped(); }
 
  private:
   friend class Fabric;
@@ -89,31 +92,32 @@ class JoinEpoch {
   void next();
   // Runs iterations until one has a batch for the body, or the epoch ends.
   void advance();
-  // The step, on every rank together (a joined one's too, in lockstep).
-  void step();
+  // The end of the current iteration: true when the epoch ended there (an agreed stop).
+  bool end_iteration();
   // Fabric::backward inside the body.
   void backward(const torch::Tensor& loss);
-  bool window_end(int64_t iteration) const;
-  void find_end(int64_t iteration);
-  // After an iteration's step: true when the epoch ended there (an agreed stop).
-  bool end_iteration(bool ends_window);
   void finish();
+
+  // EpochSteps: the step, through the strategy, on every rank together (a
+  // joined one's too, in lockstep); a joined rank has nothing more to do at
+  // an iteration's end (RunState::epoch_iteration counts it).
+  bool steps_without_batch() const override { return true; }
+  void optimizer_step() override;
+  void joined_iteration_end(int64_t /*iteration*/) override {}
 
   Fabric& fabric_;
   DataLoader& loader_;
   std::function<void()> step_;
   int64_t k_;
-  std::unique_ptr<TrainingEpochContext> context_;
-  std::unique_ptr<BatchGuard> guard_;
+  std::unique_ptr<EpochDriver> driver_;
+  MicroBatch micro_;  // the current iteration's
   std::unique_ptr<ForwardContext> forward_;
   // While the body runs: the strategy refuses a collective a joined rank could not match.
   std::optional<UnmatchedHooks> body_;
   Batch batch_;
-  int64_t iteration_ = 0;
   bool started_ = false;
   bool backward_done_ = false;
   bool done_ = false;
-  bool stopped_ = false;
 };
 
 }  // namespace lt

@@ -4,10 +4,10 @@
 #include <cmath>
 #include <utility>
 
-#include <csignal>
+#include <optional>
 
 #include <lightning_cpp/core/check.h>
-#include <lightning_cpp/core/signals.h>
+#include <lightning_cpp/plugins/join/epoch_driver.h>
 
 namespace lt {
 
@@ -41,24 +41,80 @@ int64_t TrainingEpochLoop::val_check_batch(const TrainerOptions& options, int64_
   return std::max<int64_t>(1, static_cast<int64_t>(std::floor(static_cast<double>(n) * interval.fraction())));
 }
 
-bool TrainingEpochLoop::max_steps_reached(const LoopContext& ctx) const {
-  return ctx.options.max_steps() >= 0 && ctx.state.global_step >= ctx.options.max_steps();
-}
-
 void TrainingEpochLoop::run_validation(LoopContext& ctx, DataLoader& val) {
   const int64_t limit = val.limited_size(ctx.options.limit_val_batches(), "limit_val_batches");
   if (limit <= 0 || !ctx.module.has_validation_step()) return;
   val_loop_->run(ctx, val, Stage::kValidate, limit);
 }
 
+// One epoch's run of the loop: its state between iterations, and what the
+// epoch driver's context calls back (EpochSteps) for a rank that joined.
+class TrainingEpoch : public EpochSteps {
+ public:
+  TrainingEpoch(TrainingEpochLoop& loop, LoopContext& ctx, OptimizationLoop& optimization, ResultCollection& results,
+                DataLoader* val, bool unknown_length)
+      : loop_(loop), ctx_(ctx), optimization_(optimization), results_(results), val_(val),
+        unknown_length_(unknown_length), last_step_(ctx.state.global_step) {}
+
+  // The epoch starts at iteration `first` (a resumed one's may be its end);
+  // `length` as every rank counts it (validation points count its iterations).
+  void start(int64_t first, int64_t length) {
+    last_iteration_ = first - 1;
+    length_ = length;
+    val_every_ = TrainingEpochLoop::val_check_batch(ctx_.options, length);
+  }
+  int64_t last_iteration() const { return last_iteration_; }
+
+  bool steps_without_batch() const override { return optimization_.steps_without_batch(); }
+  void optimizer_step() override { optimization_.optimizer_step(ctx_); }
+  // A rank that joined logs what the ranks still training logged (the logging
+  // joinable recorded their reduced values), as an even run would; windows
+  // are aligned on multiples of k under Join.
+  void joined_iteration_end(int64_t iteration) override {
+    const bool window_end = (iteration + 1) % ctx_.options.accumulate_grad_batches() == 0;
+    log_step(window_end && ctx_.state.global_step != last_step_);  // lockstep: it stepped with them
+    iteration_end(iteration);
+  }
+
+  // The step's metrics to the logger at a window's end, every log_every_n_steps.
+  void log_step(bool window_end) {
+    const auto step_metrics = results_.take_step_metrics(true);
+    if (window_end && ctx_.state.global_step % ctx_.options.log_every_n_steps() == 0) ctx_.log_metrics(step_metrics);
+  }
+
+  // The end of every iteration of the epoch, on every rank at the same
+  // point: after its micro-batch (real or padding), or on a rank that joined,
+  // after it shadowed the iteration. Validation points count iterations of
+  // the whole epoch (the longest rank's).
+  void iteration_end(int64_t iteration) {
+    last_iteration_ = iteration;
+    if (ctx_.state.global_step != last_step_) {
+      last_step_ = ctx_.state.global_step;
+      ctx_.hooks.call(&Callback::on_after_optimizer_step);
+    }
+    if (val_ != nullptr && !unknown_length_ && (iteration + 1) % val_every_ == 0 && iteration + 1 < length_) {
+      loop_.run_validation(ctx_, *val_);
+    }
+  }
+
+ private:
+  TrainingEpochLoop& loop_;
+  LoopContext& ctx_;
+  OptimizationLoop& optimization_;
+  ResultCollection& results_;
+  DataLoader* val_;  // null: no validation this epoch
+  bool unknown_length_;
+  int64_t length_ = 0;
+  int64_t val_every_ = 1;
+  int64_t last_iteration_ = -1;
+  int64_t last_step_;
+};
+
 void TrainingEpochLoop::run(LoopContext& ctx, DataLoader& train, DataLoader* val) {
   const FractionOrCount& limit = ctx.options.limit_train_batches();
   const bool unknown_length = train.size() == DataLoader::kUnknownSize;
-  // A stream of unknown length: n is found at its end (or at a count limit, `cap`).
+  // A stream of unknown length: its length is found at its end (or at a count limit, `cap`).
   const int64_t cap = train.limited_size(limit, "limit_train_batches");
-  int64_t n = unknown_length ? -1 : cap;
-  const int64_t k = ctx.options.accumulate_grad_batches();
-  ctx.state.num_training_batches = n;
   const bool validate_this_epoch =
       val != nullptr && (ctx.state.current_epoch + 1) % ctx.options.check_val_every_n_epoch() == 0;
   if (unknown_length) {
@@ -70,73 +126,25 @@ void TrainingEpochLoop::run(LoopContext& ctx, DataLoader& train, DataLoader* val
   }
   OptimizationLoop& optimization = ctx.module.automatic_optimization() ? *automatic_ : *manual_;
   ResultCollection& results = ctx.use_results(Stage::kTrain, true);
+  TrainingEpoch epoch(*this, ctx, optimization, results, validate_this_epoch ? val : nullptr, unknown_length);
 
-  // A resumed run starts where its mid-epoch checkpoint left the epoch.
-  const int64_t start = std::exchange(ctx.state.resume_iteration, 0);
-  ctx.state.epoch_iteration = start;
-  int64_t length = n;
-  int64_t val_every = 1;
-  int64_t last_iteration = start - 1;
-  int64_t last_step = ctx.state.global_step;
-  // The end of every iteration of the epoch, on every rank at the same
-  // point: here after its micro-batch (real or padding), or on a rank that
-  // joined, after it shadowed the iteration (EpochPlan::joined_iteration_end).
-  // Validation points count iterations of the whole epoch (the longest rank's).
-  auto iteration_end = [&](int64_t it) {
-    last_iteration = it;
-    ctx.state.epoch_iteration = it + 1;
-    if (ctx.state.global_step != last_step) {
-      last_step = ctx.state.global_step;
-      ctx.hooks.call(&Callback::on_after_optimizer_step);
-    }
-    if (validate_this_epoch && !unknown_length && (it + 1) % val_every == 0 && it + 1 < length) {
-      run_validation(ctx, *val);
-    }
-  };
-  // The step's metrics to the logger at a window's end, every log_every_n_steps.
-  auto log_step = [&](bool window_end) {
-    const auto step_metrics = results.take_step_metrics(true);
-    if (window_end && ctx.state.global_step % ctx.options.log_every_n_steps() == 0) ctx.log_metrics(step_metrics);
-  };
-  // A rank that joined logs what the ranks still training logged (the logging
-  // joinable recorded their reduced values), as an even run would; windows
-  // are aligned on multiples of k under Join.
-  auto joined_iteration_end = [&](int64_t it) {
-    log_step((it + 1) % k == 0 && ctx.state.global_step != last_step);  // lockstep: it stepped with them
-    iteration_end(it);
-  };
-  std::unique_ptr<TrainingEpochContext> epoch;
-  auto stops_after = [&](bool window_end) {
-    return max_steps_reached(ctx) || ctx.state.should_stop ||
-           (window_end && epoch->stop_requested(interrupt_signal() != 0));
-  };
-  epoch = ctx.strategy.training_epoch_context(
-      ctx.module, EpochPlan{n, k, start, optimization.joined_step(ctx), joined_iteration_end, stops_after});
-  length = epoch->epoch_length();
-  ctx.state.epoch_length = length;
-  val_every = val_check_batch(ctx.options, length);
-  // A stream's end: no batch `it` (or the count limit): n = it. Asked one
-  // batch ahead, so that the last batch is known as such (it ends the
-  // accumulation window, or starts the padding to its end under Join).
-  auto find_end = [&](int64_t it) {
-    if (n >= 0 || (it < cap && train.has_batch(it))) return;
-    n = it;
-    ctx.state.num_training_batches = n;
-    epoch->set_num_batches(n);
-    ctx.state.epoch_length = epoch->epoch_length();
-  };
-  Batch first;
-  bool stopped = false;
-  for (int64_t it = start;; ++it) {
-    find_end(it);
-    if (n >= 0 && it >= epoch->num_iterations()) break;
-    find_end(it + 1);
-    const int64_t iterations = n >= 0 ? epoch->num_iterations() : -1;
-    const bool window_end = (it + 1) % k == 0 || it + 1 == iterations;
-    auto guard = epoch->batch(it, window_end);
-    if (n >= 0 && it >= n) {
-      optimization.run_padding(ctx, window_end);
-      epoch->end_batch(it);
+  EpochPlan plan;
+  plan.num_batches = unknown_length ? -1 : cap;
+  plan.accumulate_grad_batches = ctx.options.accumulate_grad_batches();
+  plan.max_steps = ctx.options.max_steps();
+  plan.state = &ctx.state;
+  plan.results = &results;
+  plan.steps = &epoch;
+  // Starts where a resumed run's mid-epoch checkpoint left the epoch.
+  EpochDriver driver(ctx.strategy, ctx.module, train, plan, cap);
+  const int64_t length = driver.epoch_length();
+  epoch.start(ctx.state.epoch_iteration, length);
+  std::optional<Batch> first;
+  while (const std::optional<MicroBatch> micro = driver.next()) {
+    const int64_t it = micro->index;
+    if (micro->padding) {
+      driver.run_padding(*micro);
+      driver.end_batch();
     } else {
       ctx.state.batch_idx = it;
       Batch batch;
@@ -144,10 +152,10 @@ void TrainingEpochLoop::run(LoopContext& ctx, DataLoader& train, DataLoader* val
         ProfileScope scope(ctx.profiler, "[_TrainingEpochLoop].train_dataloader_next");
         batch = train.get(it);
       }
-      if (it == start) {
-        first = batch;
+      if (first) {
+        check_like_first(*first, batch, ctx, it);
       } else {
-        check_like_first(first, batch, ctx, it);
+        first = batch;
       }
       batch = ctx.strategy.prepare_batch(std::move(batch));
       results.set_current_batch_size(batch.size());
@@ -158,10 +166,9 @@ void TrainingEpochLoop::run(LoopContext& ctx, DataLoader& train, DataLoader* val
         UnmatchedHooks unmatched(ctx.state, "on_train_batch_start, training_step or the backward hooks");
         ctx.hooks.call(&Callback::on_train_batch_start, batch, it);
         ctx.module.on_train_batch_start(batch, it);
-        loss = optimization.run(ctx, batch, it, window_end);
+        loss = optimization.run(ctx, batch, it, micro->ends_window);
       }
-      epoch->end_batch(it);
-      guard.reset();
+      driver.end_batch();
       {
         UnmatchedHooks unmatched(ctx.state, "on_train_batch_end");
         ctx.hooks.call(&Callback::on_train_batch_end, loss, batch, it);
@@ -169,34 +176,23 @@ void TrainingEpochLoop::run(LoopContext& ctx, DataLoader& train, DataLoader* val
       }
     }
     // A padding micro-batch logs what the ranks with data logged (join/joinable_logging.h).
-    log_step(window_end);
-    guard.reset();
-    iteration_end(it);
+    epoch.log_step(micro->ends_window);
+    epoch.iteration_end(it);
     // Under a strategy that pads, stopping early leaves this rank's
-    // remaining iterations to the epoch context (Join shadows them).
-    if (stops_after(window_end)) {
-      if (!max_steps_reached(ctx) && !ctx.state.should_stop) {
-        ctx.state.interrupted_by = interrupt_signal() != 0 ? interrupt_signal() : SIGTERM;
-      }
-      stopped = true;
-      break;
-    }
+    // remaining iterations to finish() (Join shadows them).
+    if (driver.stops_after(*micro)) break;
   }
   {
     // A rank that ran out of data shadows the others' iterations here (Join).
     ProfileScope scope(ctx.profiler, "[Strategy]", ctx.strategy.name(), ".join");
-    epoch->finish();
-  }
-  // A stop another rank asked for reaches this one at the epoch's end at the latest.
-  if (ctx.state.interrupted_by == 0 && !max_steps_reached(ctx) && !ctx.state.should_stop &&
-      epoch->stop_requested(interrupt_signal() != 0)) {
-    ctx.state.interrupted_by = interrupt_signal() != 0 ? interrupt_signal() : SIGTERM;
+    driver.finish();
   }
   // The epoch's last iteration, run here or shadowed, is a validation point:
   // validate after every rank left the epoch context.
   // A stream of unknown length validates at its epoch's end only (refused otherwise, above).
   const bool validate_at_end =
-      validate_this_epoch && (unknown_length ? !stopped : last_iteration + 1 == length && length % val_every == 0);
+      validate_this_epoch && (unknown_length ? !driver.stopped()
+                                             : epoch.last_iteration() + 1 == length && length % val_check_batch(ctx.options, length) == 0);
   if (validate_at_end && ctx.state.interrupted_by == 0) run_validation(ctx, *val);
 }
 

@@ -1,8 +1,9 @@
 #pragma once
-// One training epoch. The strategy's TrainingEpochContext wraps the whole
-// epoch and each micro-batch (DDP: Join + no_sync). Accumulation windows are
-// aligned on the micro-batch index: window w is batches [w*k, (w+1)*k), and
-// the epoch's last batch always closes a window (as in Lightning).
+// One training epoch, iterated through the epoch driver
+// (plugins/join/epoch_driver.h: the strategy's context, Join + no_sync under
+// DDP). Accumulation windows are aligned on the micro-batch index: window w is
+// batches [w*k, (w+1)*k), and the epoch's last batch always closes a window
+// (as in Lightning).
 
 #include <memory>
 
@@ -27,8 +28,8 @@ class TrainingEpochLoop {
   static int64_t val_check_batch(const TrainerOptions& options, int64_t n);
 
  protected:
+  friend class TrainingEpoch;  // one epoch's run (training_epoch_loop.cpp)
   void run_validation(LoopContext& ctx, DataLoader& val);
-  bool max_steps_reached(const LoopContext& ctx) const;
 
   std::shared_ptr<OptimizationLoop> automatic_;
   std::shared_ptr<OptimizationLoop> manual_;

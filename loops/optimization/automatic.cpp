@@ -38,15 +38,6 @@ torch::Tensor AutomaticOptimization::run(LoopContext& ctx, const Batch& batch, i
   return loss.detach();
 }
 
-void AutomaticOptimization::run_padding(LoopContext& ctx, bool window_end) {
-  ctx.strategy.backward(zero_loss(ctx.module, ctx.strategy.root_device()), ctx.module);
-  if (window_end) optimizer_step(ctx);
-}
-
-std::function<void()> AutomaticOptimization::joined_step(LoopContext& ctx) {
-  return [this, &ctx] { optimizer_step(ctx); };
-}
-
 void AutomaticOptimization::backward(LoopContext& ctx, const torch::Tensor& scaled_loss) {
   ctx.hooks.call(&Callback::on_before_backward, scaled_loss);
   ctx.module.on_before_backward(scaled_loss);

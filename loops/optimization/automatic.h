@@ -21,22 +21,22 @@ class OptimizationLoop {
   virtual ~OptimizationLoop() = default;
   // Returns the (unscaled, detached) loss of the step; undefined if the step returned none.
   virtual torch::Tensor run(LoopContext& ctx, const Batch& batch, int64_t batch_idx, bool window_end) = 0;
-  // A zero-loss micro-batch that completes this rank's last accumulation window (see TrainingEpochContext).
-  virtual void run_padding(LoopContext& ctx, bool window_end) = 0;
-  // EpochPlan::joined_step: empty by default (a loop whose steps are the user's code).
-  virtual std::function<void()> joined_step(LoopContext& /*ctx*/) { return {}; }
+  // Whether optimizer_step can run without a micro-batch (EpochSteps::steps_without_batch):
+  // false by default (a loop whose steps are the user's code).
+  virtual bool steps_without_batch() const { return false; }
+  // The optimizer step alone, on the gradients in place (a padding
+  // micro-batch's at a window's end; a joined rank's in lockstep Join).
+  virtual void optimizer_step(LoopContext& /*ctx*/) {}
 };
 
 class AutomaticOptimization : public OptimizationLoop {
  public:
   torch::Tensor run(LoopContext& ctx, const Batch& batch, int64_t batch_idx, bool window_end) override;
-  void run_padding(LoopContext& ctx, bool window_end) override;
-  // The optimizer step alone, on the gradients in place.
-  std::function<void()> joined_step(LoopContext& ctx) override;
+  bool steps_without_batch() const override { return true; }
+  void optimizer_step(LoopContext& ctx) override;
 
  protected:
   void backward(LoopContext& ctx, const torch::Tensor& scaled_loss);
-  void optimizer_step(LoopContext& ctx);
 
  private:
   // on_nonfinite: error checks the window's losses with its gradients, in

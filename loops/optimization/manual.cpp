@@ -11,8 +11,4 @@ torch::Tensor ManualOptimization::run(LoopContext& ctx, const Batch& batch, int6
   return out.defined() ? out.detach() : out;
 }
 
-void ManualOptimization::run_padding(LoopContext& /*ctx*/, bool /*window_end*/) {
-  // Nothing to pad: manual optimization has no accumulation windows of ours.
-}
-
 }  // namespace lt

@@ -9,7 +9,6 @@ namespace lt {
 class ManualOptimization : public OptimizationLoop {
  public:
   torch::Tensor run(LoopContext& ctx, const Batch& batch, int64_t batch_idx, bool window_end) override;
-  void run_padding(LoopContext& ctx, bool window_end) override;
 };
 
 }  // namespace lt

@@ -19,11 +19,11 @@ CollectiveWatchdog::Scope watch(CollectiveWatchdog* watchdog, const char* collec
 // Whether every rank stops at this boundary (see TrainingEpochContext::stop_requested).
 // In lockstep, what the window's gradient reduction carried decides, where the
 // gradient sync carries one (GradientSync::take_agreed_stop).
-bool agree_stop(CollectiveWatchdog* watchdog, GradientSync& sync_, bool local, const RunState* state,
-                bool lockstep, bool sync) {
+bool agree_stop(CollectiveWatchdog* watchdog, GradientSync& sync_, bool local, const RunState& state, bool lockstep,
+                bool sync) {
   const std::optional<bool> reduced = lockstep ? sync_.take_agreed_stop() : std::nullopt;
   if (watchdog == nullptr) return local;
-  return watchdog->agree_stop(local, state != nullptr ? state->global_step : 0, lockstep, sync, reduced);
+  return watchdog->agree_stop(local, state.global_step, lockstep, sync, reduced);
 }
 
 // Every rank runs this epoch's batches with the others' collectives, or
@@ -52,8 +52,7 @@ class NoSyncEpochContext : public TrainingEpochContext {
   // pad and error even out the loaders before training; what still differs
   // (limit_train_batches per rank, a sampler whose count changes by epoch) is
   // refused here.
-  NoSyncEpochContext(EpochPlan plan, EpochParts parts, const RunState* state)
-      : TrainingEpochContext(plan), parts_(parts), state_(state) {
+  NoSyncEpochContext(EpochPlan plan, EpochParts parts) : TrainingEpochContext(plan), parts_(parts) {
     check_even_batches(parts_.strategy, plan.num_batches, "uneven inputs without Join (uneven_inputs: pad or error)",
                        "Use uneven_inputs: join, or give every rank as many batches");
     parts_.sync.reset_agreed_stop();
@@ -64,7 +63,7 @@ class NoSyncEpochContext : public TrainingEpochContext {
   }
   // The ranks run in lockstep: the gradient allreduce tells them all whether to stop.
   bool stop_requested(bool local) override {
-    return agree_stop(parts_.watchdog, parts_.sync, local, state_, /*lockstep=*/true, /*sync=*/true);
+    return agree_stop(parts_.watchdog, parts_.sync, local, *plan().state, /*lockstep=*/true, /*sync=*/true);
   }
   void finish() override {
     auto scope = watch(parts_.watchdog, "the gradient sync's epoch end");
@@ -73,10 +72,9 @@ class NoSyncEpochContext : public TrainingEpochContext {
 
  private:
   EpochParts parts_;
-  const RunState* state_;
 };
 
-// Runs the loop's iteration end on a joined rank (EpochPlan::joined_iteration_end),
+// Runs the loop's iteration end on a joined rank (EpochSteps::joined_iteration_end),
 // after the gradient sync's and the logging joinable's main hooks: whatever the ranks still
 // training do after an iteration's micro-batch (step-end hooks, validation),
 // a joined rank does at the same point with them.
@@ -96,7 +94,6 @@ class LoopJoinable : public Joinable {
    public:
     explicit Hook(LoopJoinable& owner) : owner_(owner) {}
     void main_hook() override {
-      if (!owner_.iteration_end_) return;
       auto scope = watch(owner_.watchdog_, "a joined rank's iteration end (step hooks, validation)");
       // The active ranks' micro-batch index this main hook shadows.
       owner_.iteration_end_(owner_.next_iteration_ + owner_.shadowed_++);
@@ -129,7 +126,9 @@ class JoinEpochContext : public TrainingEpochContext {
     }
     sync_.set_divide_by_initial_world_size(settings_.divide_by_initial_world_size);
     sync_.reset_agreed_stop();
-    if (settings_.mode == JoinMode::kLockstep) sync_.set_join_step(plan.joined_step);
+    // Lockstep: a joined rank takes the loop's step with the others, where it can without a batch.
+    const bool lockstep = settings_.mode == JoinMode::kLockstep && plan.steps->steps_without_batch();
+    if (lockstep) sync_.set_join_step([steps = plan.steps] { steps->optimizer_step(); });
     JoinSchedule schedule;
     if (settings_.enable && strategy_.world_size() > 1) {
       auto scope = watch(watchdog_, "allreduce of the ranks' batch counts (Join epoch start)");
@@ -138,8 +137,7 @@ class JoinEpochContext : public TrainingEpochContext {
       length_ = shortest < 0 ? -1 : most;
       // Every count known, lockstep with the loop's step, gradients divided by
       // the world size: the schedule says all the heartbeat would (join.h).
-      if (shortest >= 0 && plan.joined_step && plan.stops_after && settings_.mode == JoinMode::kLockstep &&
-          settings_.divide_by_initial_world_size) {
+      if (shortest >= 0 && lockstep && settings_.divide_by_initial_world_size) {
         scheduled_ = true;
         all_active_below_ = shortest;
         first_out_ = join_num_iterations(shortest, plan.accumulate_grad_batches, true);
@@ -153,18 +151,16 @@ class JoinEpochContext : public TrainingEpochContext {
     // an active rank's iteration runs their collectives.
     std::vector<Joinable*> joinables{&sync_};
     joinables.insert(joinables.end(), parts.joinables.begin(), parts.joinables.end());
-    if (ResultCollection* results = detail::ModuleAccess::runtime(module_).results; results != nullptr) {
-      logging_ = std::make_unique<LoggingJoinable>(*results, sync_.join_process_group(), sync_.join_device());
+    if (plan.results != nullptr) {
+      logging_ = std::make_unique<LoggingJoinable>(*plan.results, sync_.join_process_group(), sync_.join_device());
       joinables.push_back(logging_.get());
     }
     // Scheduled, a joined rank stops shadowing where the others stop.
-    std::function<void(int64_t)> shadowed_end;
-    if (plan.joined_iteration_end) {
-      shadowed_end = [this](int64_t iteration) {
-        this->plan().joined_iteration_end(iteration);
-        if (scheduled_) stopped_ = this->plan().stops_after(window_end(iteration));
-      };
-    }
+    auto shadowed_end = [this](int64_t iteration) {
+      this->plan().state->epoch_iteration = iteration + 1;  // a checkpoint after an agreed stop resumes here
+      this->plan().steps->joined_iteration_end(iteration);
+      if (scheduled_) stopped_ = stops_after(window_end(iteration));
+    };
     loop_ = std::make_unique<LoopJoinable>(std::move(shadowed_end), next_iteration_, sync_, watchdog_);
     joinables.push_back(loop_.get());
     join_ = std::make_unique<Join>(joinables, settings_.enable, settings_.throw_on_early_termination, schedule);
@@ -221,7 +217,7 @@ class JoinEpochContext : public TrainingEpochContext {
   // from the watchdog thread, and from the store itself after finish().
   // Scheduled, the ranks agree on the step to stop at, as without Join.
   bool stop_requested(bool local) override {
-    return agree_stop(watchdog_, sync_, local, detail::ModuleAccess::runtime(module_).state,
+    return agree_stop(watchdog_, sync_, local, *plan().state,
                       /*lockstep=*/!settings_.enable || scheduled_, /*sync=*/finished_ || !settings_.enable || scheduled_);
   }
 
@@ -230,7 +226,7 @@ class JoinEpochContext : public TrainingEpochContext {
     // Scheduled: a rank that stopped after its last iteration (max_steps, an
     // agreed stop) shadows nothing, since the others stop there too.
     if (scheduled_ && next_iteration_ > plan().first_iteration) {
-      stopped_ = plan().stops_after(window_end(next_iteration_ - 1));
+      stopped_ = stops_after(window_end(next_iteration_ - 1));
     }
     {
       auto scope = watch(watchdog_, kJoinShadowingScope);
@@ -242,14 +238,12 @@ class JoinEpochContext : public TrainingEpochContext {
     }
     if (!settings_.enable) return;
     // In lockstep every rank took every step.
-    if (settings_.mode == JoinMode::kLockstep && plan().joined_step) return;
+    if (settings_.mode == JoinMode::kLockstep && plan().steps->steps_without_batch()) return;
     // Ranks that joined early took fewer optimizer steps; they now hold the
     // last joiner's model, so they take its step count too.
-    RunState* state = detail::ModuleAccess::runtime(module_).state;
-    if (state != nullptr) {
-      torch::Tensor steps = torch::tensor({state->global_step}, torch::kLong);
-      state->global_step = strategy_.reduce(steps, ReduceOp::kMax).item<int64_t>();
-    }
+    RunState& state = *plan().state;
+    torch::Tensor steps = torch::tensor({state.global_step}, torch::kLong);
+    state.global_step = strategy_.reduce(steps, ReduceOp::kMax).item<int64_t>();
   }
 
  private:
@@ -282,9 +276,8 @@ int64_t join_num_iterations(int64_t num_batches, int64_t accumulate_grad_batches
   return (num_batches + k - 1) / k * k;
 }
 
-std::unique_ptr<TrainingEpochContext> make_no_sync_epoch_context(EpochParts parts, LightningModule& module,
-                                                                 const EpochPlan& plan) {
-  return std::make_unique<NoSyncEpochContext>(plan, parts, detail::ModuleAccess::runtime(module).state);
+std::unique_ptr<TrainingEpochContext> make_no_sync_epoch_context(EpochParts parts, const EpochPlan& plan) {
+  return std::make_unique<NoSyncEpochContext>(plan, parts);
 }
 
 std::unique_ptr<TrainingEpochContext> make_join_epoch_context(EpochParts parts, LightningModule& module,

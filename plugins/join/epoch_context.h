@@ -27,7 +27,7 @@
 //     optimizer step per window on every rank still training.
 //   - join_mode lockstep (the default): a joined rank takes that step too, on
 //     the gradient its shadowed bucket allreduces return (the same bits the
-//     active ranks hold), through the loop's EpochPlan::joined_step. So after
+//     active ranks hold), through the loop's EpochSteps::optimizer_step. So after
 //     every step parameters, optimizer and scheduler state and global_step
 //     are equal on every rank, and training equals one optimizer stepping once
 //     per window on the union of the ranks' micro-batches. join_mode pytorch:
@@ -63,7 +63,7 @@
 //     step, whose hooks may issue their own matched collectives, as the active
 //     ranks' step does between 2 and 3), the strategy's extra joinables' main
 //     hooks (EpochParts::joinables, in order), logging main hook (shadows 3),
-//     loop main hook (EpochPlan::joined_iteration_end: runs 4 with the others).
+//     loop main hook (EpochSteps::joined_iteration_end: runs 4 with the others).
 //   after every rank joined: DDP post hook (final model broadcast from the
 //   highest last joiner; lockstep: the parameters are equal already, it
 //   aligns the buffers), then, in pytorch mode, one allreduce(MAX) of
@@ -72,7 +72,7 @@
 // divide_by_initial_world_size; join.h): 1 sends no heartbeat, no throw
 // check and no grad-sync flag; a joined rank shadows, without the matching
 // allreduces, while the counts (and the stops every rank agrees on:
-// EpochPlan::stops_after) say the others train, its gradient sync from the
+// TrainingEpochContext::stops_after) say the others train, its gradient sync from the
 // windows; 3's header is skipped at iterations every rank has a batch of;
 // throw mode throws where the shortest rank runs out. The ranks agree on a
 // signal's stop in the gradient allreduce that ends each window, as no_sync
@@ -105,8 +105,7 @@ struct EpochParts {
 };
 
 // uneven_inputs: pad | error.
-std::unique_ptr<TrainingEpochContext> make_no_sync_epoch_context(EpochParts parts, LightningModule& module,
-                                                                 const EpochPlan& plan);
+std::unique_ptr<TrainingEpochContext> make_no_sync_epoch_context(EpochParts parts, const EpochPlan& plan);
 
 // uneven_inputs: join.
 std::unique_ptr<TrainingEpochContext> make_join_epoch_context(EpochParts parts, LightningModule& module,

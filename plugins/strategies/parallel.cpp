@@ -262,7 +262,7 @@ std::unique_ptr<TrainingEpochContext> ParallelStrategy::training_epoch_context(L
   if (settings.uneven_inputs == UnevenInputs::kJoin) {
     return make_join_epoch_context(std::move(parts), module, plan, settings.join);
   }
-  return make_no_sync_epoch_context(std::move(parts), module, plan);
+  return make_no_sync_epoch_context(std::move(parts), plan);
 }
 
 // -- collectives ------------------------------------------------------------------

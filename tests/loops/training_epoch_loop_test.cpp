@@ -3,10 +3,12 @@
 // names, per-epoch LR schedulers and loops swapped in for the built-in ones.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include <lightning_cpp/callbacks/lambda_callback.h>
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/lr_scheduler.h>
 #include <lightning_cpp/trainer/trainer.h>
@@ -63,6 +65,34 @@ TEST_F(TrainerTest, ValCheckIntervalCountAndCheckValEveryNEpoch) {
       lt::TrainerOptions().max_epochs(4).val_check_interval(3).check_val_every_n_epoch(2).num_sanity_val_steps(0));
   trainer.fit(model, loader(regression_data(28), 4), loader(regression_data(4, 9), 4));
   EXPECT_EQ(model->validation_steps, 2 /*epochs*/ * 2 /*runs*/ * 1 /*batch*/);
+}
+
+// A checkpoint written after an epoch's last step is mid-epoch (the epoch's
+// end and its validation are still to come): resumed from it, the epoch runs
+// no batch and validates once, as the run it was taken from did.
+TEST_F(TrainerTest, ResumedAfterTheEpochsLastStepTheEpochEndValidationRuns) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("lt_last_step_" + std::to_string(::getpid()) + ".ckpt")).string();
+  auto save = std::make_shared<lt::LambdaCallback>();
+  save->on_after_optimizer_step_fn = [&path](lt::Trainer& trainer, lt::LightningModule&) {
+    if (trainer.global_step() == 4) trainer.save_checkpoint(path);
+  };
+  const std::string dir = std::filesystem::path(path).replace_extension().string();
+  auto options = [&dir] {
+    return lt::TrainerOptions().max_epochs(1).num_sanity_val_steps(0).enable_progress_bar(false).default_logger(false)
+        .enable_model_summary(false).default_root_dir(dir);
+  };
+  auto model = std::make_shared<Regressor>();
+  lt::Trainer first(options().callbacks({save}));
+  first.fit(model, loader(regression_data(16), 4), loader(regression_data(4, 9), 4));  // 4 train batches, 1 val
+  ASSERT_EQ(model->validation_steps, 1);
+  auto resumed = std::make_shared<Regressor>();
+  lt::Trainer second(options());
+  second.fit(resumed, loader(regression_data(16), 4), loader(regression_data(4, 9), 4), path);
+  EXPECT_EQ(resumed->training_steps, 0);
+  EXPECT_EQ(resumed->validation_steps, 1);
+  std::filesystem::remove(path);
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(TrainerTest, SanityValidationMetricsAreDiscarded) {
