@@ -33,6 +33,83 @@
 // carry every rank's wish to stop returns the reduced wish from
 // take_agreed_stop(); one that returns nullopt leaves the agreement to the
 // collective watchdog's store (one read per window).
+//
+// The protocol table: the collectives of one training iteration of a data-parallel strategy, in order, and what a
+// joined rank runs to match each; on the sync's join_process_group() unless said; [..]: only with that option. Under
+// Join (uneven_inputs: join) a rank runs ceil(n/k)*k iterations (k: accumulate_grad_batches); those past its n
+// batches are padding micro-batches (zero loss), which issue the active column, 5, 8 and FlatShard's backward as a
+// joined rank runs them, with the gradients the rank holds. A joined rank (out of data: the epoch context's
+// finish()) runs Join::join: per iteration the others run, its allreduce, then the main hooks in the joinables'
+// order: the sync's, the strategy's extra joinables' (EpochParts::joinables), logging's, the loop's. Every rank
+// runs Join::join in the end, the last ones included.
+//
+// epoch start     Join, 2+ ranks: allreduce(MAX) of (n, -n), the fewest and the most batches (core/strategy.h's
+//                 count_range). no_sync, join_enable: false: the same, and where the counts differ an allgather
+//                 that names them, then every rank throws.
+//
+// part            active rank                                         joined rank (Join::join)
+// --------------  --------------------------------------------------  -----------------------------------------------
+// DDP: DistributedDataParallel
+// before_forward  1 heartbeat: allreduce(ones) (Join::notify_join_    allreduce(zeros); a sum of 0 ends the loop (to
+//                   context; its sum, the active ranks, divides the     the post hooks); [throw_on_early_termination:
+//                   gradients where divide_by_initial_world_size is     allreduce(ones), throw]; else:
+//                   off) [throw_on_early_termination: allreduce
+//                   (zeros); a sum > 0: every rank throws]
+//                 2 bucket rebuild: a broadcast, once (the iteration  DDP main hook: 2,
+//                   after the first reduction) [not find_unused_...]
+//                 3 [broadcast_buffers, the module has buffers, the   3, with -1 to the MAX,
+//                   last micro-batch not under no_sync]: allreduce
+//                   (MAX) names the highest active rank, then the
+//                   buffers' broadcast_coalesced from it
+//                 4 grad-sync flag: allreduce(1, or 0 under no_sync)  4 with 0: its sum says whether 6, 7 follow,
+// forward and     5 collective layers (core/collective_layer.h), on   5 (shadow_forward),
+//   backward        a group of their own
+// backward        6 at a window's end: one allreduce per bucket, in   6 with zero buckets (its stop wish in one),
+//                   bucket order [stop_wish: the agreed-stop flag in
+//                   one] [find_unused_parameters: then the used map]
+// the step        7 at a window's end: the optimizer step, with its   lockstep: the buckets' sums as its gradient,
+//                   hooks' collectives (and fsdp's: all_finite,         then the same step (EpochPlan::joined_step)
+//                   clipping by the norm)
+// extra joinables   their own collectives (ParallelStrategy::add_     their main hooks, in order
+//                   joinable), after 6's and 7's, before 8
+// end_batch       8 sync_dist logging (joinable_logging.h): header    logging's main hook: 8 with -1, zeros, -inf
+//                   allreduce(MAX), [values: SUM], [min/max: MAX]
+// iteration end   9 after a step, on_after_optimizer_step (Model-     the loop's main hook (EpochPlan::joined_
+//   (the loop)      Checkpoint's barrier, the Timer's agreement); at    iteration_end): 9 with the others
+//                   a validation point, validation (sync_dist,
+//                   EarlyStopping); Fabric's loop: none
+// fsdp: FlatShard (flat_shard.h): 1, 4, 5, 8, 9 as DDP's, no 2, 3; its units' collectives instead: G(u), all_gather
+// of unit u's chunks, and R(u), its flat gradient reduce_scattered into the shards [HYBRID_SHARD: in the shard group,
+// R(u) then an allreduce over the replicate group]. Freeable: every unit under FULL_SHARD, none under SHARD_GRAD_OP.
+// before_forward  1, 4, then G(u) of each freeable unit not declared  FlatShard main hook: 4, 5, then the sequence
+//                   (lt::FSDPUnit), in unit order                       (the active ranks' G and R, learned once)
+// forward           G(u) as a declared freeable unit's forward starts   replayed: G with its own chunk, R with zeros
+// backward          G(u) as that unit's output gradient arrives         (no R where 4 says no sync); then 7 by the
+//                   [BACKWARD_PRE: it starts the sequence's next G];    join step (without one: an error)
+//                   at a window's end R(u) once the unit's gradients
+//                   are in, then the units left, from the last
+// the step        7, ending with after_optimizer_step's G(u) of each  7 (the join step's)
+//                   unit not freeable, in unit order
+// until the       no G (every unit whole); at a window's end R(u) in  R(u) in reverse unit order, then the
+//   sequence is     reverse unit order, then allreduce(MAX) of what     allreduce(MAX) with -1s
+//   known           each rank recorded: the sequence from then on (no
+//                   rank recorded, all padding: 7 gathers every unit)
+//
+// after every rank joined (Join::join's allreduce summed 0, or the schedule ended), the post hooks, in order: DDP's
+//   allreduce(MAX) of the last joiners' ranks (find_common_rank), then broadcast_coalesced of the parameters and
+//   buffers from the highest; FlatShard's the same for its buffers alone (nothing without buffers). Then end_epoch
+//   (FlatShard: G(u) of every freed unit, in unit order). Then, join_mode pytorch or no join step (manual
+//   optimization): allreduce(MAX) of global_step.
+// scheduled Join (join.h; lockstep with a join step, every count known at the epoch's start, divide_by_initial_
+//   world_size): no 1, no 4, no allreduce in Join::join: a joined rank runs the main hooks while the counts and the
+//   agreed stops (EpochPlan::stops_after) say the others run, and takes 4's answer from the windows; 8's header is
+//   skipped at iterations every rank has a batch of; throw_on_early_termination: a joined rank with an iteration
+//   to shadow throws in Join::join, the others at the first iteration past the shortest rank's last window. A
+//   signal's stop is agreed in 6 (a joined rank's wish rides in its zero bucket; FlatShard: in the watchdog's
+//   store); without the schedule a rank may stop at once, and the others learn it from the watchdog.
+// no_sync (uneven_inputs: pad | error), and join_enable: false: every rank runs its n (equal) iterations: no
+//   padding, no joined rank, no 1, 4, 8 (no_sync reduces sync_dist values as they are logged); 3 broadcasts from
+//   rank 0 (no allreduce); a signal's stop is agreed as under scheduled Join.
 
 #include <functional>
 #include <optional>

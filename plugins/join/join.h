@@ -2,35 +2,28 @@
 // Join for uneven inputs, with the semantics of PyTorch's
 // torch.distributed.algorithms.join (1.13). Facts, not code, carried over.
 //
-// Per iteration, in this order:
-//   active rank : the first Joinable calls Join::notify_join_context() at the
-//                 start of its iteration -> allreduce(ones(1)) (async, the
-//                 "heartbeat"); with throw_on_early_termination also a
-//                 blocking allreduce(zeros(1)): a non-zero sum means some rank
-//                 ran out, and every active rank throws EarlyTerminationError.
-//                 Then the Joinable's own collectives (DDP: buffers, grad-sync
-//                 flag, gradient buckets...).
-//   joined rank : Join::join() loops: allreduce(zeros(1)) (matches the
-//                 heartbeat; the sum is the number of active ranks); if 0,
-//                 every rank has joined and the loop ends; otherwise with
-//                 throw_on_early_termination allreduce(ones(1)) (matches the
-//                 active ranks' check) and throw; otherwise run every JoinHook's
-//                 main_hook(), which shadows the Joinable's collectives of one
-//                 iteration, in the same order.
-//   after all joined: every JoinHook's post_hook(is_last_joiner), where
-//                 is_last_joiner is true on the ranks that never ran a main hook.
-// A warning is printed once if a joined rank shadows more than 1000 iterations.
+// An active rank's first Joinable calls Join::notify_join_context() at the
+// start of each of its iterations: the heartbeat, allreduce(ones(1)) (async),
+// and with throw_on_early_termination a blocking allreduce(zeros(1)) whose
+// non-zero sum makes every active rank throw EarlyTerminationError. A rank out
+// of inputs calls join(): while its allreduce(zeros(1)) sums to more than 0
+// (the active ranks), with throw_on_early_termination allreduce(ones(1)) and
+// throw, else every JoinHook's main_hook(), in the joinables' order, each
+// shadowing its Joinable's collectives of one iteration; then every
+// post_hook(is_last_joiner), true on the ranks that ran no main hook. A warning
+// is printed once if a joined rank shadows more than 1000 iterations.
 //
-// Scheduled Join (not in PyTorch): when every rank can tell, without a
-// collective, whether the ranks still training run another iteration (every
-// rank's count is known, and stops are agreed), the heartbeat tells nothing
-// new. Active ranks then send no heartbeat and no check; a joined rank runs
-// the main hooks while the schedule says another iteration runs, then the
-// post hooks (is_last_joiner: it ran no main hook); with
-// throw_on_early_termination a joined rank with iterations to shadow throws
-// in join(), the others where their schedule says the first rank ran out
-// (the Joinable's caller knows the iteration). The same collectives
-// otherwise, in the same order, less two per iteration.
+// Scheduled Join (not in PyTorch; a JoinSchedule given): when every rank can
+// tell, without a collective, whether the ranks still training run another
+// iteration (every rank's count is known, and stops are agreed), the heartbeat
+// tells nothing new: active ranks send no heartbeat and no check, and join()
+// runs the main hooks while the schedule says another iteration runs, then the
+// post hooks; with throw_on_early_termination a joined rank with iterations to
+// shadow throws in join(), the others where their schedule says the first rank
+// ran out (the Joinable's caller knows the iteration).
+//
+// The collectives of an iteration, in order, and what a joined rank runs to
+// match each: plugins/join/gradient_sync.h, the protocol table.
 
 #include <cstdint>
 #include <functional>

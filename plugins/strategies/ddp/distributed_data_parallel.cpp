@@ -23,7 +23,7 @@ class DistributedDataParallel::JoinHookImpl : public JoinHook {
   explicit JoinHookImpl(DistributedDataParallel& ddp) : ddp_(ddp) {}
 
   // Shadows one iteration of pre_forward/post_forward/backward of the ranks
-  // still training (see the order in distributed_data_parallel.h).
+  // still training (the protocol table, plugins/join/gradient_sync.h).
   void main_hook() override {
     // Buckets are rebuilt only once during a training period.
     ddp_.rebuild_buckets();

@@ -17,38 +17,18 @@
 // first iteration (find_unused_parameters=false; PyTorch does the same) or
 // [1 MiB, bucket_cap_mb...] buckets (find_unused_parameters=true).
 //
-// Collectives of one iteration, in this order (PyTorch 1.13's forward):
-//   pre_forward
-//     1. Join heartbeat, when a Join context is active and this is its first
-//        Joinable: allreduce(ones(1)) (Join::notify_join_context); the Work
-//        goes to the Reducer (set_forward_pass_work_handle).
-//     2. grad enabled: Reducer::rebuild_buckets(): on the first iteration
-//        after the first backward (never with find_unused_parameters), a
-//        broadcast of the rebuilt bucket assignment from rank 0.
-//     3. require_forward_param_sync && broadcast_buffers && the module has
-//        buffers: with Join enabled allreduce(MAX) of (rank) to find the
-//        authoritative rank, then broadcast_coalesced of the buffers from it
-//        (rank 0 without Join).
-//     4. Join enabled (and not scheduled): allreduce of ones(1) (zeros(1)
-//        under no_sync): tells joined ranks whether this iteration reduces
-//        gradients. Waited in post_forward.
-//   the user's forward
-//   post_forward: grad enabled && require_backward_grad_sync:
-//        Reducer::prepare_for_backward(outputs if find_unused_parameters) and
-//        require_forward_param_sync = true; else require_forward_param_sync = false.
-//   backward (only when prepare_for_backward ran): one allreduce per bucket
-//        in bucket order (with stop_wish, the first carries the stop flag),
-//        then with find_unused_parameters an allreduce of the
-//        locally-used-parameter map. Gradients are divided by the world size
-//        (or, with Join and divide_by_initial_world_size=false, by the number
-//        of ranks still active).
-// A joined rank's main_hook issues 2, 3 (contributing -1 to the MAX), 4
-// (contributing zeros) and, if that says the others sync, one allreduce of
-// zeros per bucket in the same order and the unused-map allreduce: the same
-// sequence, so nothing hangs. With a join step set (lockstep Join), it then
-// copies the reduced buckets into its gradients and takes the optimizer step
-// the others take. post_hook(is_last_joiner): allreduce(MAX) to pick the last
-// joiner, broadcast_coalesced of parameters and buffers from it.
+// pre_forward (PyTorch 1.13's forward, up to the module's) issues the
+// forward-side collectives (the protocol table's 1-4; the heartbeat's Work goes
+// to the Reducer). post_forward, where grad is enabled and
+// require_backward_grad_sync() holds, sets require_forward_param_sync (else
+// clears it) and arms the Reducer (prepare_for_backward, from the outputs with
+// find_unused_parameters) unless backward() is to; then it waits for the flag.
+// An armed backward reduces the buckets (6): the gradients arrive divided by
+// the world size (with Join and divide_by_initial_world_size=false, by the
+// number of ranks still active). The join hook is PyTorch's _DDPJoinHook
+// (main_hook) and sync_final_model (post_hook).
+// The collectives of an iteration, in order, and what a joined rank runs to
+// match each: plugins/join/gradient_sync.h, the protocol table.
 
 #include <cstdint>
 #include <functional>
@@ -226,7 +206,7 @@ class DistributedDataParallel : public GradientSync {
   bool require_forward_param_sync_ = true;
   bool has_rebuilt_buckets_ = false;
   int64_t num_iterations_ = 0;
-  // The grad-sync flag allreduce of step 4, waited in post_forward.
+  // The grad-sync flag's allreduce (the protocol table's 4), waited in post_forward.
   c10::intrusive_ptr<c10d::Work> grad_sync_work_;
   torch::Tensor stop_flag_;    // options.stop_wish: the last of parameters_
   bool stop_reduced_ = false;  // a reduction carried the flag since take_agreed_stop()

@@ -1,6 +1,8 @@
 #pragma once
 // CollectiveSequence: the order of a micro-batch's unit collectives, learned
-// once and then held to (flat_shard.h describes the collectives and why).
+// once and then held to (flat_shard.h says what they are and why).
+// The collectives of an iteration, in order, and what a joined rank runs to
+// match each: plugins/join/gradient_sync.h, the protocol table.
 //
 // Invariants:
 //   - Until known(), the sequence is being learned: a micro-batch that reduces

@@ -13,44 +13,32 @@
 // autograd saved of the parameters sees it again when it is gathered back).
 // SHARD_GRAD_OP keeps every unit whole and gathers it after each step.
 //
-// Collectives of one micro-batch (rank r, active), in this order:
-//   before_forward  1. the Join heartbeat and the grad-sync flag (a Join that
-//                      is not scheduled: gradient_sync.h);
-//                   2. G(u) for each freeable unit that is not declared, in
-//                      unit order (their forward cannot be seen);
-//   forward         3. G(u) when a declared freeable unit's forward starts;
-//                      it is freed when it ends;
-//   backward        4. G(u) when the gradient of a declared freeable unit's
-//                      output arrives (its saved parameters are needed);
-//                   5. when the unit's parameters' gradients are all
-//                      accumulated (AccumulateGrad post hooks) and this
-//                      micro-batch reduces (a window's end): R(u), the unit's
-//                      gradients flattened (cast to reduce_dtype), divided by W (or by the ranks active
-//                      in this micro-batch, divide_by_initial_world_size
-//                      false), reduce_scattered into its part of
-//                      shards()[u].grad; the module's gradients are dropped; a
-//                      freeable unit is freed. After backward, a unit some of
-//                      whose parameters got no gradient is reduced (zeros for
-//                      them) and freed, in reverse unit order.
-//   optimizer step  6. G(u) for each unit that is not freeable, in unit order.
+// A unit's collectives: G(u), the all_gather of the ranks' chunks into
+// `full`; R(u), once the unit's parameters' gradients are all accumulated
+// (AccumulateGrad post hooks) in a micro-batch that reduces (a window's end):
+// its gradients flattened (zeros for a parameter that got none; cast to
+// reduce_dtype), divided by W (or by the ranks active in this micro-batch,
+// divide_by_initial_world_size false), reduce_scattered into its part of
+// shards()[u].grad; the module's gradients are dropped, and a freeable unit
+// is freed. With a shard group (HYBRID_SHARD) W is its size and G(u) and R(u)
+// are within it; R(u) is followed by an allreduce (sum) of the reduced chunk
+// over the replicate group, and the divisor stays the whole group's; the Join
+// heartbeat, the sequence's MAX and the buffers' broadcast are over the whole
+// group.
+// The collectives of an iteration, in order, and what a joined rank runs to
+// match each: plugins/join/gradient_sync.h, the protocol table.
 // Between epochs (end_epoch) and for an evaluation the module is whole
 // (every freed unit gathered, in unit order); the next micro-batch frees it
 // again as it goes.
-// G(u): all_gather of the rank's chunks into `full`. With a shard group
-// (HYBRID_SHARD) W is its size and G(u) and R(u) are within it; R(u) is
-// followed by an allreduce (sum) of the reduced chunk over the replicate
-// group, and the divisor stays the whole group's; the Join heartbeat, the
-// sequence's MAX and the buffers' broadcast are over the whole group. The
-// order of 3-5 is
-// autograd's; it is the same on every rank for the same graph, but a rank
-// that ran out of data (Join), or pads its last window, must issue it
-// without running the graph. So:
+// The order of a micro-batch's G and R is autograd's; it is the same on every
+// rank for the same graph, but a rank that ran out of data (Join), or pads its
+// last window, must issue it without running the graph. So:
 //   - until the first micro-batch that reduces, every unit stays whole and the
 //     R(u) go in reverse unit order (the canonical window: no G at all; a
-//     freeable unit is freed once reduced), while each rank records what 2-5
-//     would be; at that micro-batch's end every rank (joined ones with -1)
-//     allreduces MAX its record: from then on every rank holds the sequence
-//     (where every rank padded that micro-batch, none has a record: the
+//     freeable unit is freed once reduced), while each rank records what its
+//     G and R would be; at that micro-batch's end every rank (joined ones
+//     with -1) allreduces MAX its record: from then on every rank holds the
+//     sequence (where every rank padded that micro-batch, none has a record: the
 //     window stays canonical, the units gathered back after the step);
 //   - after it, an active rank checks each collective against the sequence
 //     before issuing it (a graph that changes its units' order is an error,
@@ -65,8 +53,9 @@
 // included. In backward every unit the next G names has been freed after its
 // forward, so at most two units' gathers are alive, as PyTorch's.
 // A joined rank then steps its shard with the reduced gradient (lockstep
-// Join: the join step), whose after_optimizer_step issues 6 as the others'
-// do. So every rank's shard equals the single-optimizer window rule.
+// Join: the join step), whose after_optimizer_step gathers the units that are
+// not freeable as the others' does. So every rank's shard equals the
+// single-optimizer window rule.
 // PyTorch's Join (no join step) is refused: a joined rank would not step its
 // chunk (PyTorch's ZeroRedundancyOptimizer under Join is silently wrong so).
 // post_hook: the buffers (BatchNorm statistics) from the last rank to join.
