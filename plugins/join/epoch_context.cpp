@@ -124,11 +124,12 @@ class JoinEpochContext : public TrainingEpochContext {
                          "uneven inputs with Join disabled (join_enable: false)",
                          "Set join_enable: true, or uneven_inputs: pad");
     }
-    sync_.set_divide_by_initial_world_size(settings_.divide_by_initial_world_size);
     sync_.reset_agreed_stop();
+    GradientSync::Epoch epoch;
+    epoch.divide_by_initial_world_size = settings_.divide_by_initial_world_size;
     // Lockstep: a joined rank takes the loop's step with the others, where it can without a batch.
     const bool lockstep = settings_.mode == JoinMode::kLockstep && plan.steps->steps_without_batch();
-    if (lockstep) sync_.set_join_step([steps = plan.steps] { steps->optimizer_step(); });
+    if (lockstep) epoch.lockstep = plan.steps;
     JoinSchedule schedule;
     if (settings_.enable && strategy_.world_size() > 1) {
       auto scope = watch(watchdog_, "allreduce of the ranks' batch counts (Join epoch start)");
@@ -143,15 +144,17 @@ class JoinEpochContext : public TrainingEpochContext {
         first_out_ = join_num_iterations(shortest, plan.accumulate_grad_batches, true);
         const int64_t longest = join_num_iterations(length_, plan.accumulate_grad_batches, true);
         schedule = [this, longest] { return !stopped_ && shadowed_iteration() < longest; };
-        sync_.set_scheduled_join_sync([this] { return window_end(shadowed_iteration()); });
+        epoch.scheduled_reduces = [this] { return window_end(shadowed_iteration()); };
       }
     }
+    sync_.set_epoch(std::move(epoch));
     // The gradient sync first (its before_forward sends the heartbeat), then
     // the strategy's other joinables, then logging and the loop, in the order
     // an active rank's iteration runs their collectives.
     std::vector<Joinable*> joinables{&sync_};
     joinables.insert(joinables.end(), parts.joinables.begin(), parts.joinables.end());
-    if (plan.results != nullptr) {
+    // With Join disabled sync_dist values are reduced as they are logged (every rank runs every micro-batch).
+    if (plan.results != nullptr && settings_.enable) {
       logging_ = std::make_unique<LoggingJoinable>(*plan.results, sync_.join_process_group(), sync_.join_device());
       joinables.push_back(logging_.get());
     }
@@ -170,9 +173,7 @@ class JoinEpochContext : public TrainingEpochContext {
     join_.reset();  // resets the joinables' configs before the joinables go
     loop_.reset();
     logging_.reset();
-    sync_.set_divide_by_initial_world_size(true);
-    sync_.set_join_step(nullptr);
-    sync_.set_scheduled_join_sync(nullptr);
+    sync_.set_epoch({});
   }
 
   int64_t num_iterations() const override {
@@ -195,7 +196,7 @@ class JoinEpochContext : public TrainingEpochContext {
     }
     next_iteration_ = iteration + 1;
     auto guard = std::make_unique<NoSyncBatchGuard>(sync_, sync_gradients);
-    if (logging_ && settings_.enable) logging_->open();
+    if (logging_) logging_->open();
     if (padding(iteration)) {
       // A padding micro-batch has no training_step: run the gradient sync's
       // forward sequence here so that its collectives match the other ranks'.
@@ -208,7 +209,7 @@ class JoinEpochContext : public TrainingEpochContext {
   }
 
   void end_batch(int64_t iteration) override {
-    if (!logging_ || !settings_.enable) return;
+    if (!logging_) return;
     auto scope = watch(watchdog_, "sync_dist logging allreduce (Join)");
     logging_->flush(padding(iteration), /*all_active=*/iteration < all_active_below_);
   }

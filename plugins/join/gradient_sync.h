@@ -25,8 +25,8 @@
 // And per epoch, end_epoch() after its last iteration, on every rank.
 // Its JoinHook's main_hook, on a joined rank, issues the same collectives
 // with neutral values (a sync it learns of from the flag above, or from
-// scheduled_join_sync() when scheduled), and with a join_step() set (lockstep
-// Join) copies the reduced gradient into param.grad and calls the step; its
+// epoch().scheduled_reduces when scheduled), and with epoch().lockstep set
+// (lockstep Join) copies the reduced gradient into param.grad and calls the step; its
 // post_hook leaves every rank with the same parameters and buffers.
 //
 // The agreed stop (optional): an implementation whose gradient reduction can
@@ -68,13 +68,13 @@
 //                   bucket order [stop_wish: the agreed-stop flag in
 //                   one] [find_unused_parameters: then the used map]
 // the step        7 at a window's end: the optimizer step, with its   lockstep: the buckets' sums as its gradient,
-//                   hooks' collectives (and fsdp's: all_finite,         then the same step (EpochPlan::joined_step)
+//                   hooks' collectives (and fsdp's: all_finite,         then the same step (epoch().lockstep)
 //                   clipping by the norm)
 // extra joinables   their own collectives (ParallelStrategy::add_     their main hooks, in order
 //                   joinable), after 6's and 7's, before 8
 // end_batch       8 sync_dist logging (joinable_logging.h): header    logging's main hook: 8 with -1, zeros, -inf
 //                   allreduce(MAX), [values: SUM], [min/max: MAX]
-// iteration end   9 after a step, on_after_optimizer_step (Model-     the loop's main hook (EpochPlan::joined_
+// iteration end   9 after a step, on_after_optimizer_step (Model-     the loop's main hook (EpochSteps::joined_
 //   (the loop)      Checkpoint's barrier, the Timer's agreement); at    iteration_end): 9 with the others
 //                   a validation point, validation (sync_dist,
 //                   EarlyStopping); Fabric's loop: none
@@ -100,13 +100,14 @@
 //   buffers from the highest; FlatShard's the same for its buffers alone (nothing without buffers). Then end_epoch
 //   (FlatShard: G(u) of every freed unit, in unit order). Then, join_mode pytorch or no join step (manual
 //   optimization): allreduce(MAX) of global_step.
-// scheduled Join (join.h; lockstep with a join step, every count known at the epoch's start, divide_by_initial_
-//   world_size): no 1, no 4, no allreduce in Join::join: a joined rank runs the main hooks while the counts and the
-//   agreed stops (EpochPlan::stops_after) say the others run, and takes 4's answer from the windows; 8's header is
-//   skipped at iterations every rank has a batch of; throw_on_early_termination: a joined rank with an iteration
-//   to shadow throws in Join::join, the others at the first iteration past the shortest rank's last window. A
-//   signal's stop is agreed in 6 (a joined rank's wish rides in its zero bucket; FlatShard: in the watchdog's
-//   store); without the schedule a rank may stop at once, and the others learn it from the watchdog.
+// scheduled Join (join.h; lockstep with a join step, every count known at the epoch's start,
+//   divide_by_initial_world_size): no 1, no 4, no allreduce in Join::join: a joined rank runs the main hooks while
+//   the counts and the agreed stops (TrainingEpochContext::stops_after) say the others run, and takes 4's answer
+//   from the windows; 8's header is skipped at iterations every rank has a batch of; throw_on_early_termination: a
+//   joined rank with an iteration to shadow throws in Join::join, the others at the first iteration past the
+//   shortest rank's last window. A signal's stop is agreed in 6 (a joined rank's wish rides in its zero bucket;
+//   FlatShard: in the watchdog's store); without the schedule a rank may stop at once, and the others learn it
+//   from the watchdog.
 // no_sync (uneven_inputs: pad | error), and join_enable: false: every rank runs its n (equal) iterations: no
 //   padding, no joined rank, no 1, 4, 8 (no_sync reduces sync_dist values as they are logged); 3 broadcasts from
 //   rank 0 (no allreduce); a signal's stop is agreed as under scheduled Join.
@@ -120,6 +121,8 @@
 #include <lightning_cpp/plugins/join/join.h>
 
 namespace lt {
+
+class EpochSteps;  // core/strategy.h
 
 class GradientSync : public Joinable {
  public:
@@ -164,19 +167,24 @@ class GradientSync : public Joinable {
   NoSyncGuard no_sync() { return NoSyncGuard(*this); }
 
   // -- Join, set by the epoch context for one epoch -------------------------------------
-  // PyTorch's join(divide_by_initial_world_size).
-  bool divide_by_initial_world_size() const { return divide_by_initial_world_size_; }
-  void set_divide_by_initial_world_size(bool divide) { divide_by_initial_world_size_ = divide; }
-  // Lockstep Join: when set, a joined rank's main_hook, on an iteration in
-  // which the others reduce gradients, adopts the reduced gradient and calls
-  // this step (the training loop's optimizer step). Unset: PyTorch's Join.
-  void set_join_step(std::function<void()> step) { join_step_ = std::move(step); }
-  const std::function<void()>& join_step() const { return join_step_; }
-  // Scheduled Join (join.h): active ranks send no grad-sync flag; a joined
-  // rank's main_hook asks this whether the iteration it shadows reduces
-  // gradients, as the schedule tells.
-  void set_scheduled_join_sync(std::function<bool()> sync) { scheduled_join_sync_ = std::move(sync); }
-  const std::function<bool()>& scheduled_join_sync() const { return scheduled_join_sync_; }
+  // What the epoch context tells the sync for one training epoch: set at its
+  // start, back to the default (PyTorch's Join, dividing by the initial world
+  // size) at its end.
+  struct Epoch {
+    // PyTorch's join(divide_by_initial_world_size).
+    bool divide_by_initial_world_size = true;
+    // Lockstep Join: a joined rank's main_hook, on an iteration in which the
+    // others reduce gradients, adopts the reduced gradient and takes this
+    // step (the loop's). Null: PyTorch's Join.
+    EpochSteps* lockstep = nullptr;
+    // Scheduled Join (join.h): active ranks send no grad-sync flag; a joined
+    // rank's main_hook asks this whether the iteration it shadows reduces
+    // gradients, as the schedule tells.
+    std::function<bool()> scheduled_reduces;
+  };
+  void set_epoch(Epoch epoch) { epoch_ = std::move(epoch); }
+  const Epoch& epoch() const { return epoch_; }
+  bool divide_by_initial_world_size() const { return epoch_.divide_by_initial_world_size; }
 
   // -- collective layers (core/collective_layer.h) -----------------------------------
   // Shadows the module's collective layers for a rank with no micro-batch in
@@ -205,8 +213,8 @@ class GradientSync : public Joinable {
   // gradients, from the schedule (scheduled Join) or from the flag above.
   bool joined_iteration_reduces() {
     if (join_config().scheduled) {
-      LT_INTERNAL_ASSERT(scheduled_join_sync(), "scheduled Join without the iterations' gradient syncs");
-      return scheduled_join_sync()();
+      LT_INTERNAL_ASSERT(epoch_.scheduled_reduces, "scheduled Join without the iterations' gradient syncs");
+      return epoch_.scheduled_reduces();
     }
     torch::Tensor flag;
     grad_sync_flag(/*joined=*/true, &flag)->wait();
@@ -222,9 +230,7 @@ class GradientSync : public Joinable {
 
  private:
   bool require_backward_grad_sync_ = true;
-  bool divide_by_initial_world_size_ = true;
-  std::function<void()> join_step_;
-  std::function<bool()> scheduled_join_sync_;
+  Epoch epoch_;
   std::function<void()> forward_shadow_;
 };
 

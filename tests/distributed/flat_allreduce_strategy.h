@@ -68,7 +68,7 @@ class FlatAllreduceSync : public GradientSync {
     void main_hook() override {
       bool reduces = false;
       if (sync_.join_config().scheduled) {
-        reduces = sync_.scheduled_join_sync()();
+        reduces = sync_.epoch().scheduled_reduces();
       } else {
         reduces = sync_.allreduce(torch::zeros({1}, sync_.device_)).item<double>() != 0.0;
       }
@@ -78,9 +78,9 @@ class FlatAllreduceSync : public GradientSync {
       for (const auto& p : sync_.params_) numel += p.numel();
       torch::Tensor flat = torch::zeros({numel}, sync_.params_.front().options());
       sync_.allreduce(flat);
-      if (const auto& step = sync_.join_step()) {
+      if (lt::EpochSteps* steps = sync_.epoch().lockstep) {
         sync_.adopt(flat);
-        step();
+        steps->optimizer_step();
       }
     }
     // Every rank takes the parameters of the highest last joiner.

@@ -42,9 +42,9 @@ class DistributedDataParallel::JoinHookImpl : public JoinHook {
     ddp_.push_rebuilt_params_for_all_indices();
     // Lockstep: the sum this rank shadowed with zeros is the ranks' averaged
     // gradient; take it as this rank's own and step with the others.
-    if (const auto& step = ddp_.join_step()) {
+    if (EpochSteps* steps = ddp_.epoch().lockstep) {
       ddp_.adopt_reduced_gradients(buckets, used);
-      step();
+      steps->optimizer_step();
     }
   }
 

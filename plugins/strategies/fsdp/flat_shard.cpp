@@ -31,10 +31,10 @@ class FlatShard::JoinHookImpl : public JoinHook {
     sync_.sequence_.start(reduces);
     sync_.replay(reduces);
     if (!reduces) return;
-    LT_CHECK(sync_.join_step() != nullptr,
+    LT_CHECK(sync_.epoch().lockstep != nullptr,
              "strategy fsdp: a rank that ran out of data must step its shard with the others (lockstep Join); "
              "without a join step it would spread a stale shard");
-    sync_.join_step()();  // its optimizer step issues the gathers the others issue
+    sync_.epoch().lockstep->optimizer_step();  // its optimizer step issues the gathers the others issue
   }
 
   // The buffers from the last rank to join (the parameters are equal already).

@@ -73,3 +73,24 @@ LT_TEST_WORKER(JoinSyncDistLogging) {
 TEST(JoinLogging, SyncDistMeanAndMaxAreOverTheActiveRanksOnly) {
   expect_workers_pass("JoinSyncDistLogging", 3, std::chrono::seconds(60));
 }
+
+// uneven_inputs: join with join_enable: false (even counts): no Join, so
+// sync_dist values are reduced as they are logged, over every rank; the
+// logging joinable stays out (it was attached and never opened: log threw
+// "outside training_step under Join").
+LT_TEST_WORKER(SyncDistLoggingWithJoinDisabled) {
+  const int rank = env_int("RANK");
+  auto model = std::make_shared<JoinNet>();
+  model->log_value = true;
+  auto strategy = make_strategy();
+  strategy->options().join_enable(false);
+  lt::Trainer trainer(base_options(strategy, 2));
+  trainer.fit(model, rank_loader(rank, 2));
+  LT_WORKER_CHECK(model->logged.size() == 2u, "logged ", model->logged.size());
+  for (const auto& [mean, max] : model->logged) LT_WORKER_CHECK(mean == 1.5 && max == 2.0, "mean ", mean, " max ", max);
+  return 0;
+}
+
+TEST(JoinLogging, WithJoinDisabledSyncDistReducesOverEveryRank) {
+  expect_workers_pass("SyncDistLoggingWithJoinDisabled", 2, std::chrono::seconds(60));
+}
