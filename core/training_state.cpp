@@ -1,5 +1,8 @@
 #include <lightning_cpp/core/training_state.h>
 
+#include <algorithm>
+#include <variant>
+
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/lr_scheduler.h>
 #include <lightning_cpp/core/state_dict.h>
@@ -12,7 +15,7 @@ std::string optimizer_key(size_t i) { return i == 0 ? std::string("optimizer") :
 }  // namespace
 
 void dump_training_state(StateDict& ckpt, Strategy& strategy, LightningModule& module, const OptimizerConfig& optim,
-                         const RunState& state) {
+                         const RunState& state, const CheckpointExtras& extras) {
   ckpt.insert("state_dict", strategy.module_state(module));
   // Lightning's "epoch": the epoch during which the checkpoint was saved, at
   // its end too; whether it was finished (Lightning keeps that in its loops'
@@ -34,6 +37,20 @@ void dump_training_state(StateDict& ckpt, Strategy& strategy, LightningModule& m
   }
   ckpt.insert("lightning_cpp_version", std::string(version()));
   ckpt.insert("rng_states", rng_states());
+  if (extras.epoch_samples) ckpt.insert("epoch_samples", *extras.epoch_samples);
+  ckpt.insert("callbacks", extras.callbacks ? *extras.callbacks : new_state_dict());
+  if (extras.logger) ckpt.insert("logger", *extras.logger);
+  StateDict hparams = new_state_dict();
+  for (const auto& [k, v] : module.hparams()) {
+    std::visit([&, key = k](const auto& value) { hparams.insert(key, value); }, v.value());
+  }
+  ckpt.insert("hparams", hparams);
+  // Written at a train epoch end (ModelCheckpoint), the checkpoint precedes the
+  // fit loop's per-epoch scheduler step; the resumed run takes that step on restore.
+  const bool pending = extras.steps_epoch_scheduler && state.epoch_ended && optim.lr_scheduler != nullptr &&
+                       optim.interval == Interval::kEpoch &&
+                       (state.current_epoch + 1) % std::max<int64_t>(optim.frequency, 1) == 0;
+  ckpt.insert("lr_scheduler_epoch_step_pending", pending);
 }
 
 StateDict restore_training_state(const c10::IValue& loaded, const std::string& path, Strategy& strategy,

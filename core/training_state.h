@@ -20,13 +20,13 @@
 //    "epoch_samples": {...},                           # mid-epoch: the samples trained (data/epoch_samples.h)
 //    "logger": {...}}                                  # Logger::state_dict (rank 0's)
 // Callbacks add to it in on_save_checkpoint.
-// This file writes and reads the part every driver of a run has alike, the
-// Trainer and Fabric: the module's and optimizers' state through the
+// Every entry is written here, in one place, for both drivers of a run (the
+// Trainer and Fabric): the module's and optimizers' state through the
 // strategy (consolidated where sharded), the scheduler, the precision's
-// state, the counters and the RNG. What only one driver has (callbacks, the
-// logger, hparams, epoch_samples) it adds itself (trainer/checkpoint.cpp,
-// fabric/fabric.cpp).
+// state, the counters, the RNG, the hparams, and what only one driver has
+// (callbacks, the logger, epoch_samples), which it hands in as CheckpointExtras.
 
+#include <optional>
 #include <string>
 
 #include <lightning_cpp/core/lightning_module.h>
@@ -36,11 +36,28 @@
 
 namespace lt {
 
-// Inserts into `ckpt`: state_dict, epoch, epoch_finished, global_step, world_size,
-// epoch_iteration (mid-epoch of a training run), optimizer[_i], lr_scheduler,
-// the precision's state, lightning_cpp_version, rng_states. Every rank calls it (collectives).
+// What only some drivers of a run have.
+struct CheckpointExtras {
+  // Mid-epoch: the samples trained (data/epoch_samples.h).
+  std::optional<StateDict> epoch_samples;
+  // The callbacks' states by state_key; none: an empty dict.
+  std::optional<StateDict> callbacks;
+  // Logger::state_dict (rank 0's).
+  std::optional<StateDict> logger;
+  // The driver steps an epoch-interval scheduler at each epoch's end (the
+  // Trainer's fit loop; under Fabric the user steps it): a checkpoint written
+  // at an epoch's end then precedes that step ("lr_scheduler_epoch_step_pending").
+  bool steps_epoch_scheduler = false;
+};
+
+// Inserts into `ckpt` every entry of the layout above but a callback's own:
+// state_dict, epoch, epoch_finished, global_step, world_size, epoch_iteration
+// (mid-epoch of a training run), optimizer[_i], lr_scheduler, the precision's
+// state, lightning_cpp_version, rng_states, then `extras`' (epoch_samples,
+// callbacks, logger), hparams and lr_scheduler_epoch_step_pending. Entries
+// already in `ckpt` stay. Every rank calls it (collectives).
 void dump_training_state(StateDict& ckpt, Strategy& strategy, LightningModule& module, const OptimizerConfig& optim,
-                         const RunState& state);
+                         const RunState& state, const CheckpointExtras& extras = {});
 
 // Reads what dump_training_state wrote from the checkpoint `loaded` (read
 // from `path`), into the module, the optimizers, the scheduler (taking the

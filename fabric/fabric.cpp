@@ -169,10 +169,7 @@ void Fabric::save(const std::string& path, const StateDict& extra) {
   // The Trainer's part of a checkpoint (core/training_state.h), so that either resumes the other.
   StateDict ckpt = new_state_dict();
   for (const auto& entry : extra) ckpt.insert(entry.key(), entry.value());
-  dump_training_state(ckpt, *strategy_, *module_, optim_, state_);
-  ckpt.insert("callbacks", new_state_dict());
-  ckpt.insert("hparams", new_state_dict());
-  ckpt.insert("lr_scheduler_epoch_step_pending", false);  // Fabric's scheduler steps where the user steps it
+  dump_training_state(ckpt, *strategy_, *module_, optim_, state_);  // the user steps the scheduler
   strategy_->save_checkpoint(ckpt, path);
 }
 

@@ -4,6 +4,7 @@
 #include <lightning_cpp/trainer/trainer.h>
 
 #include <lightning_cpp/core/check.h>
+#include <lightning_cpp/core/state_dict.h>
 #include <lightning_cpp/core/training_state.h>
 #include <lightning_cpp/data/epoch_samples.h>
 
@@ -11,28 +12,17 @@ namespace lt {
 
 StateDict Trainer::dump_checkpoint() {
   LT_CHECK(module_ != nullptr, "Trainer::dump_checkpoint: no module is attached (call it during a run)");
-  StateDict ckpt = new_state_dict();
-  dump_training_state(ckpt, *strategy_, *module_, optim_, state_);
-  if (fit_loader_ != nullptr) {
-    if (auto samples = epoch_samples_state(*fit_loader_, state_, *strategy_)) ckpt.insert("epoch_samples", *samples);
-  }
-  StateDict callbacks = new_state_dict();
-  for (const auto& cb : options_.callbacks()) callbacks.insert(cb->state_key(), cb->state_dict());
-  ckpt.insert("callbacks", callbacks);
+  CheckpointExtras extras;
+  if (fit_loader_ != nullptr) extras.epoch_samples = epoch_samples_state(*fit_loader_, state_, *strategy_);
+  extras.callbacks = new_state_dict();
+  for (const auto& cb : options_.callbacks()) extras.callbacks->insert(cb->state_key(), cb->state_dict());
   if (const auto& logger = options_.logger(); logger && strategy_->is_global_zero()) {
     logger->save();  // what the checkpoint counts is on disk
-    ckpt.insert("logger", logger->state_dict());
+    extras.logger = logger->state_dict();
   }
-  StateDict hparams = new_state_dict();
-  for (const auto& [k, v] : module_->hparams()) {
-    std::visit([&, key = k](const auto& value) { hparams.insert(key, value); }, v.value());
-  }
-  ckpt.insert("hparams", hparams);
-  // Written at a train epoch end (ModelCheckpoint), the checkpoint precedes the
-  // fit loop's per-epoch scheduler step; the resumed run takes that step on restore.
-  const bool pending = state_.epoch_ended && optim_.lr_scheduler != nullptr && optim_.interval == Interval::kEpoch &&
-                       (state_.current_epoch + 1) % std::max<int64_t>(optim_.frequency, 1) == 0;
-  ckpt.insert("lr_scheduler_epoch_step_pending", pending);
+  extras.steps_epoch_scheduler = true;  // the fit loop's
+  StateDict ckpt = new_state_dict();
+  dump_training_state(ckpt, *strategy_, *module_, optim_, state_, extras);
   for (const auto& cb : options_.callbacks()) cb->on_save_checkpoint(*this, *module_, ckpt);
   module_->on_save_checkpoint(ckpt);
   return ckpt;
@@ -40,6 +30,11 @@ StateDict Trainer::dump_checkpoint() {
 
 void Trainer::save_checkpoint(const std::string& path) {
   strategy_->save_checkpoint(dump_checkpoint(), path);
+}
+
+void Trainer::restore_weights(const std::string& path) {
+  LT_CHECK(module_ != nullptr, "Trainer::restore_weights: no module is attached");
+  strategy_->load_module_state(*module_, state_dict_from(strategy_->load_checkpoint(path), path));
 }
 
 StateDict Trainer::restore_checkpoint(const std::string& path) {

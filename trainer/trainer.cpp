@@ -431,7 +431,7 @@ Metrics Trainer::evaluate(const std::shared_ptr<LightningModule>& module,
     prepare_loader(loader, stage);
     const bool test = stage == Stage::kTest;
     const FractionOrCount& limit = test ? options_.limit_test_batches() : options_.limit_val_batches();
-    if (const std::string path = resolve_ckpt_path(ckpt_path, run); !path.empty()) load_weights(*module, path);
+    if (const std::string path = resolve_ckpt_path(ckpt_path, run); !path.empty()) restore_weights(path);
     metrics = evaluation_loop_->run(run.ctx, *loader, stage,
                                     loader->limited_size(limit, test ? "limit_test_batches" : "limit_val_batches"));
   });
@@ -491,7 +491,7 @@ std::vector<torch::Tensor> Trainer::predict_stage(const std::shared_ptr<Lightnin
     std::shared_ptr<DataLoader>& loader = run_data.loader;
     LT_CHECK(loader != nullptr, "Trainer::predict: no data (the predict dataloader is null)");
     prepare_loader(loader, Stage::kPredict);
-    if (const std::string path = resolve_ckpt_path(ckpt_path, run); !path.empty()) load_weights(*module, path);
+    if (const std::string path = resolve_ckpt_path(ckpt_path, run); !path.empty()) restore_weights(path);
     out = prediction_loop_->run(run.ctx, *loader,
                                 loader->limited_size(options_.limit_predict_batches(), "limit_predict_batches"));
   });

@@ -116,6 +116,10 @@ class Trainer {
   void save_checkpoint(const std::string& path);
   // Returns the checkpoint's dict.
   StateDict restore_checkpoint(const std::string& path);
+  // The module's weights alone (validate, test, predict with a ckpt_path),
+  // read through the strategy's CheckpointIO: a checkpoint's state_dict or a
+  // bare state dict (torch.save(model.state_dict())).
+  void restore_weights(const std::string& path);
 
   // -- loops (replaceable) -----------------------------------------------------
   FitLoop& fit_loop() { return *fit_loop_; }

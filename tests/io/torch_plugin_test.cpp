@@ -120,4 +120,39 @@ TEST_F(TorchCheckpointIOTest, TheTrainerGivesTorchCheckpointIOAndKeepsAnother) {
   EXPECT_EQ(&given->checkpoint_io(), io.get());
 }
 
+// validate, test and predict with a ckpt_path read the weights through the
+// strategy's CheckpointIO (a format of one's own), into the module through
+// the strategy (a sharded one's load_module_state).
+TEST_F(TorchCheckpointIOTest, ValidateTestAndPredictReadTheWeightsThroughIt) {
+  class Probe : public lt::LightningModule {
+   public:
+    Probe() { fc = register_module("fc", torch::nn::Linear(2, 1)); }
+    torch::Tensor training_step(const lt::Batch& b, int64_t) override { return fc(b.data).sum(); }
+    void validation_step(const lt::Batch& b, int64_t) override { log("out", fc(b.data).sum()); }
+    void test_step(const lt::Batch& b, int64_t) override { log("out", fc(b.data).sum()); }
+    torch::Tensor predict_step(const lt::Batch& b, int64_t) override { return fc(b.data); }
+    lt::OptimizerConfig configure_optimizers() override { return {}; }
+    torch::nn::Linear fc{nullptr};
+  };
+  torch::nn::Linear source(2, 1);
+  c10::impl::GenericDict checkpoint(c10::StringType::get(), c10::AnyType::get());
+  checkpoint.insert("state_dict", lt::module_state_dict(*source));
+  auto strategy = std::make_shared<lt::SingleDeviceStrategy>();
+  auto io = std::make_shared<RecordingCheckpointIO>();
+  io->last = checkpoint;  // what it "stored" under any path; no file is written or read
+  strategy->set_checkpoint_io(io);
+  lt::Trainer trainer(lt::TrainerOptions().strategy(strategy).default_logger(false).enable_progress_bar(false)
+                          .enable_model_summary(false).default_root_dir(dir_.string()));
+  auto loader = std::make_shared<lt::DataLoader>(
+      std::make_shared<lt::TensorDataset>(torch::ones({2, 2}), torch::zeros({2, 1})), lt::DataLoaderOptions(2));
+  auto model = std::make_shared<Probe>();
+  trainer.validate(model, loader, path("weights.ckpt"));
+  EXPECT_TRUE(model->fc->weight.equal(source->weight));
+  EXPECT_TRUE(model->fc->bias.equal(source->bias));
+  trainer.test(std::make_shared<Probe>(), loader, path("weights.ckpt"));
+  trainer.predict(std::make_shared<Probe>(), loader, path("weights.ckpt"));
+  EXPECT_EQ(io->loaded, std::vector<std::string>(3, path("weights.ckpt")));
+  EXPECT_FALSE(fs::exists(dir_ / "weights.ckpt"));
+}
+
 }  // namespace

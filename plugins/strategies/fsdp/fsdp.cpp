@@ -231,6 +231,13 @@ void FSDPStrategy::hybrid_groups(FlatShardOptions& flat) {
 }
 
 OptimizerConfig FSDPStrategy::setup_optimizers(LightningModule& module) {
+  // Before the first step: a sharded save would bypass a CheckpointIO of one's own.
+  LT_CHECK_VALUE(options_.state_dict_type() != StateDictType::kSharded || !has_checkpoint_io() ||
+                     dynamic_cast<TorchCheckpointIO*>(&checkpoint_io()) != nullptr,
+                 "strategy fsdp: state_dict_type: sharded writes its folder of rank files itself (torch.save's format, ",
+                 "plugins/io/sharded_checkpoint.h), as Lightning's FSDP writes sharded checkpoints with ",
+                 "torch.distributed.checkpoint, so the CheckpointIO this strategy was given would not write them. ",
+                 "Use state_dict_type: full (written through it), or leave the default TorchCheckpointIO");
   OptimizerConfig config = ParallelStrategy::setup_optimizers(module);
   FlatShard* flat = flat_shard();
   if (flat == nullptr) return config;

@@ -267,3 +267,33 @@ TEST(FsdpCheckpoint, AShardedCheckpointOfTwoRanksLoadsOnThreeOnOneAndUnderDdpBit
   }
   std::filesystem::remove_all(dir);
 }
+
+// A CheckpointIO of one's own with state_dict_type sharded (whose folder
+// fsdp writes itself) is refused before the first step, on every rank.
+LT_TEST_WORKER(FsdpShardedRefusesACheckpointIOOfOnesOwn) {
+  class Elsewhere : public lt::CheckpointIO {
+   public:
+    void save_checkpoint(const c10::IValue&, const std::string&, const lt::DeferredValues&) override {}
+    c10::IValue load_checkpoint(const std::string&, bool) override { return {}; }
+    void remove_checkpoint(const std::string&) override {}
+  };
+  auto strategy = std::make_shared<lt::FSDPStrategy>(lt::FSDPStrategyOptions()
+                                                         .process_group_timeout(std::chrono::seconds(30))
+                                                         .state_dict_type(lt::StateDictType::kSharded));
+  strategy->set_checkpoint_io(std::make_shared<Elsewhere>());
+  auto model = std::make_shared<JoinNet>();
+  lt::Trainer trainer(sampled_options(strategy, 2));
+  std::string error = "<trained>";
+  try {
+    trainer.fit(model, sampled_loader());
+  } catch (const lt::ValueError& e) {
+    error = e.what();
+  }
+  LT_WORKER_CHECK(error.find("state_dict_type: sharded writes its folder") != std::string::npos, error);
+  LT_WORKER_CHECK(model->training_steps == 0, "trained ", model->training_steps, " steps before refusing");
+  return 0;
+}
+
+TEST(FsdpCheckpoint, ShardedRefusesACheckpointIOOfOnesOwnBeforeTheFirstStep) {
+  expect_workers_pass("FsdpShardedRefusesACheckpointIOOfOnesOwn", 2, std::chrono::seconds(60));
+}
