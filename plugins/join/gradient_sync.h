@@ -5,13 +5,13 @@
 // strategy implements its own and gets no_sync accumulation, lockstep Join,
 // scheduled Join, padding windows and the agreed stop from the context.
 //
+// The Join prologue is written here once, for every implementation: before_forward()
+// sends the heartbeat (Join::notify_join_context, the table's 1) and, under a Join
+// that is not scheduled, the grad-sync flag (2), then runs the implementation's
+// forward_collectives(); on a joined rank, its main_hook begins with
+// joined_iteration_reduces(), which matches the flag (or asks the schedule).
 // What an implementation promises, per micro-batch on a rank that has one:
-//   before_forward()  its forward-side collectives; under a Join that is not
-//                     scheduled (join_config().enable && !scheduled), the
-//                     first is Join::notify_join_context(*this) (the heartbeat),
-//                     and the last tells joined ranks whether this micro-batch
-//                     reduces gradients (unless require_backward_grad_sync()
-//                     is known to them from the schedule);
+//   forward_collectives()  its own forward-side collectives, after the prologue;
 //   after_forward()   what the forward's outputs decide (unused parameters);
 //   backward(loss)    reduces the gradients iff require_backward_grad_sync(),
 //                     averaged over the initial world size, or with
@@ -23,9 +23,9 @@
 //   after_optimizer_step()  after the step (a sharded sync gathers the
 //                     updated shards: a collective every rank issues).
 // And per epoch, end_epoch() after its last iteration, on every rank.
-// Its JoinHook's main_hook, on a joined rank, issues the same collectives
-// with neutral values (a sync it learns of from the flag above, or from
-// epoch().scheduled_reduces when scheduled), and with epoch().lockstep set
+// Its JoinHook's main_hook, on a joined rank, first calls
+// joined_iteration_reduces(), then issues the same collectives with neutral
+// values, and with epoch().lockstep set
 // (lockstep Join) copies the reduced gradient into param.grad and calls the step; its
 // post_hook leaves every rank with the same parameters and buffers.
 //
@@ -55,13 +55,15 @@
 //                   gradients where divide_by_initial_world_size is     allreduce(ones), throw]; else:
 //                   off) [throw_on_early_termination: allreduce
 //                   (zeros); a sum > 0: every rank throws]
-//                 2 bucket rebuild: a broadcast, once (the iteration  DDP main hook: 2,
+//                 2 grad-sync flag: allreduce(1, or 0 under no_sync)  DDP main hook: 2 with 0 (joined_iteration_
+//                   (1 and 2: GradientSync::before_forward, the Join    reduces): its sum says whether 6, 7 follow,
+//                   prologue, for every implementation)
+//                 3 bucket rebuild: a broadcast, once (the iteration  3,
 //                   after the first reduction) [not find_unused_...]
-//                 3 [broadcast_buffers, the module has buffers, the   3, with -1 to the MAX,
+//                 4 [broadcast_buffers, the module has buffers, the   4, with -1 to the MAX,
 //                   last micro-batch not under no_sync]: allreduce
 //                   (MAX) names the highest active rank, then the
 //                   buffers' broadcast_coalesced from it
-//                 4 grad-sync flag: allreduce(1, or 0 under no_sync)  4 with 0: its sum says whether 6, 7 follow,
 // forward and     5 collective layers (core/collective_layer.h), on   5 (shadow_forward),
 //   backward        a group of their own
 // backward        6 at a window's end: one allreduce per bucket, in   6 with zero buckets (its stop wish in one),
@@ -78,13 +80,13 @@
 //   (the loop)      Checkpoint's barrier, the Timer's agreement); at    iteration_end): 9 with the others
 //                   a validation point, validation (sync_dist,
 //                   EarlyStopping); Fabric's loop: none
-// fsdp: FlatShard (flat_shard.h): 1, 4, 5, 8, 9 as DDP's, no 2, 3; its units' collectives instead: G(u), all_gather
+// fsdp: FlatShard (flat_shard.h): 1, 2, 5, 8, 9 as DDP's, no 3, 4; its units' collectives instead: G(u), all_gather
 // of unit u's chunks, and R(u), its flat gradient reduce_scattered into the shards [HYBRID_SHARD: in the shard group,
 // R(u) then an allreduce over the replicate group]. Freeable: every unit under FULL_SHARD, none under SHARD_GRAD_OP.
-// before_forward  1, 4, then G(u) of each freeable unit not declared  FlatShard main hook: 4, 5, then the sequence
+// before_forward  1, 2, then G(u) of each freeable unit not declared  FlatShard main hook: 2, 5, then the sequence
 //                   (lt::FSDPUnit), in unit order                       (the active ranks' G and R, learned once)
 // forward           G(u) as a declared freeable unit's forward starts   replayed: G with its own chunk, R with zeros
-// backward          G(u) as that unit's output gradient arrives         (no R where 4 says no sync); then 7 by the
+// backward          G(u) as that unit's output gradient arrives         (no R where 2 says no sync); then 7 by the
 //                   [BACKWARD_PRE: it starts the sequence's next G];    join step (without one: an error)
 //                   at a window's end R(u) once the unit's gradients
 //                   are in, then the units left, from the last
@@ -101,15 +103,15 @@
 //   (FlatShard: G(u) of every freed unit, in unit order). Then, join_mode pytorch or no join step (manual
 //   optimization): allreduce(MAX) of global_step.
 // scheduled Join (join.h; lockstep with a join step, every count known at the epoch's start,
-//   divide_by_initial_world_size): no 1, no 4, no allreduce in Join::join: a joined rank runs the main hooks while
-//   the counts and the agreed stops (TrainingEpochContext::stops_after) say the others run, and takes 4's answer
+//   divide_by_initial_world_size): no 1, no 2, no allreduce in Join::join: a joined rank runs the main hooks while
+//   the counts and the agreed stops (TrainingEpochContext::stops_after) say the others run, and takes 2's answer
 //   from the windows; 8's header is skipped at iterations every rank has a batch of; throw_on_early_termination: a
 //   joined rank with an iteration to shadow throws in Join::join, the others at the first iteration past the
 //   shortest rank's last window. A signal's stop is agreed in 6 (a joined rank's wish rides in its zero bucket;
 //   FlatShard: in the watchdog's store); without the schedule a rank may stop at once, and the others learn it
 //   from the watchdog.
 // no_sync (uneven_inputs: pad | error), and join_enable: false: every rank runs its n (equal) iterations: no
-//   padding, no joined rank, no 1, 4, 8 (no_sync reduces sync_dist values as they are logged); 3 broadcasts from
+//   padding, no joined rank, no 1, 2, 8 (no_sync reduces sync_dist values as they are logged); 4 broadcasts from
 //   rank 0 (no allreduce); a signal's stop is agreed as under scheduled Join.
 
 #include <functional>
@@ -126,10 +128,13 @@ class EpochSteps;  // core/strategy.h
 
 class GradientSync : public Joinable {
  public:
-  ~GradientSync() override = default;
+  // Waits for a heartbeat or flag still in flight (after a failed step: its error was reported already).
+  ~GradientSync() override;
 
   // -- one micro-batch ---------------------------------------------------------------
-  virtual void before_forward() = 0;
+  // The Join prologue (the heartbeat; the grad-sync flag where Join runs
+  // unscheduled), then forward_collectives(); waits for the flag.
+  void before_forward();
   // `outputs`: what backward starts from.
   virtual void after_forward(const std::vector<torch::Tensor>& outputs) = 0;
   virtual void backward(const torch::Tensor& loss) = 0;
@@ -209,17 +214,10 @@ class GradientSync : public Joinable {
     if (result != nullptr) *result = t[0];
     return join_process_group()->allreduce(t);
   }
-  // In a joined rank's main_hook: whether the micro-batch it shadows reduces
-  // gradients, from the schedule (scheduled Join) or from the flag above.
-  bool joined_iteration_reduces() {
-    if (join_config().scheduled) {
-      LT_INTERNAL_ASSERT(epoch_.scheduled_reduces, "scheduled Join without the iterations' gradient syncs");
-      return epoch_.scheduled_reduces();
-    }
-    torch::Tensor flag;
-    grad_sync_flag(/*joined=*/true, &flag)->wait();
-    return flag.item<double>() != 0.0;
-  }
+  // First in a joined rank's main_hook: whether the micro-batch it shadows
+  // reduces gradients, from the schedule (scheduled Join) or from the flag
+  // above (matching the active ranks' before_forward).
+  bool joined_iteration_reduces();
 
   // -- agreed stop ---------------------------------------------------------------------
   // The reduced wish since the last call (clears it), or nullopt when no
@@ -228,7 +226,17 @@ class GradientSync : public Joinable {
   // Forgets what was reduced (every rank at the same point: an epoch's start).
   virtual void reset_agreed_stop() {}
 
+ protected:
+  // The implementation's forward-side collectives, after the Join prologue
+  // (DDP: the bucket rebuild and the buffers' broadcast; FlatShard: its
+  // pre-forward gathers).
+  virtual void forward_collectives() = 0;
+  // This micro-batch's heartbeat (null: no Join, or scheduled), handed over:
+  // once waited, its sum is the number of ranks with data in this micro-batch.
+  c10::intrusive_ptr<c10d::Work> take_heartbeat() { return std::move(heartbeat_); }
+
  private:
+  c10::intrusive_ptr<c10d::Work> heartbeat_;
   bool require_backward_grad_sync_ = true;
   Epoch epoch_;
   std::function<void()> forward_shadow_;

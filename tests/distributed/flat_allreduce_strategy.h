@@ -29,22 +29,17 @@ class FlatAllreduceSync : public GradientSync {
     for (auto& p : params_) broadcast(p, 0);  // every rank starts from rank 0's parameters
   }
 
-  void before_forward() override {
-    heartbeat_ = Join::notify_join_context(*this);  // null unless Join runs with a heartbeat
-    if (join_config().enable && !join_config().scheduled) {
-      // Tells joined ranks whether this micro-batch reduces gradients.
-      allreduce(torch::full({1}, require_backward_grad_sync() ? 1.0 : 0.0, device_));
-    }
-  }
+  // Nothing of its own before the forward: the Join prologue (the heartbeat,
+  // the grad-sync flag) is GradientSync::before_forward's.
+  void forward_collectives() override {}
   void after_forward(const std::vector<torch::Tensor>& /*outputs*/) override {}
   void backward(const torch::Tensor& loss) override {
     loss.backward();
     double divisor = static_cast<double>(group_->getSize());
-    if (heartbeat_) {
-      heartbeat_->wait();
+    if (auto heartbeat = take_heartbeat()) {
+      heartbeat->wait();
       // The heartbeat's sum is the number of ranks with data in this micro-batch.
-      if (!divide_by_initial_world_size()) divisor = heartbeat_->result()[0].item<double>();
-      heartbeat_.reset();
+      if (!divide_by_initial_world_size()) divisor = heartbeat->result()[0].item<double>();
     }
     if (!require_backward_grad_sync()) return;
     std::vector<torch::Tensor> grads;
@@ -66,12 +61,7 @@ class FlatAllreduceSync : public GradientSync {
     // zero buffer into the others' gradient allreduce; lockstep: their average,
     // and the step.
     void main_hook() override {
-      bool reduces = false;
-      if (sync_.join_config().scheduled) {
-        reduces = sync_.epoch().scheduled_reduces();
-      } else {
-        reduces = sync_.allreduce(torch::zeros({1}, sync_.device_)).item<double>() != 0.0;
-      }
+      const bool reduces = sync_.joined_iteration_reduces();
       sync_.shadow_forward();
       if (!reduces) return;
       int64_t numel = 0;
@@ -124,7 +114,6 @@ class FlatAllreduceSync : public GradientSync {
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
   std::vector<torch::Tensor> params_;
   torch::Device device_{torch::kCPU};
-  c10::intrusive_ptr<c10d::Work> heartbeat_;
 };
 
 class FlatAllreduceStrategy : public ParallelStrategy {

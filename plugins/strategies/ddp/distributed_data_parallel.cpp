@@ -25,10 +25,11 @@ class DistributedDataParallel::JoinHookImpl : public JoinHook {
   // Shadows one iteration of pre_forward/post_forward/backward of the ranks
   // still training (the protocol table, plugins/join/gradient_sync.h).
   void main_hook() override {
+    // The Join prologue's flag first (GradientSync::before_forward's order).
+    const bool should_sync_backwards = ddp_.joined_iteration_reduces();
     // Buckets are rebuilt only once during a training period.
     ddp_.rebuild_buckets();
     ddp_.check_and_sync_module_buffers();
-    const bool should_sync_backwards = ddp_.joined_iteration_reduces();
     // Where the others run the module's forward and backward (on a group of their own).
     ddp_.shadow_forward();
     // Forward parameter sync is off in the next iteration if this one skips
@@ -181,15 +182,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
   }
 }
 
-DistributedDataParallel::~DistributedDataParallel() {
-  if (grad_sync_work_) {
-    try {
-      grad_sync_work_->wait();
-    } catch (const std::exception&) {
-      // Destroying after a failed step: the error has been reported already.
-    }
-  }
-}
+DistributedDataParallel::~DistributedDataParallel() = default;
 
 std::vector<torch::Tensor> DistributedDataParallel::module_buffers() const {
   std::vector<torch::Tensor> out;
@@ -206,7 +199,7 @@ std::vector<torch::Tensor> DistributedDataParallel::module_states() const {
   return out;
 }
 
-void DistributedDataParallel::pre_forward() {
+void DistributedDataParallel::forward_collectives() {
   rethrow_with_rank(rank_, "forward", [&] { pre_forward_impl(); });
 }
 
@@ -216,17 +209,12 @@ void DistributedDataParallel::pre_forward_impl() {
     ++num_iterations_;
     reducer_->prepare_for_forward();
   }
-  // Tell an active Join context that this rank has not joined (heartbeat).
-  if (auto work = Join::notify_join_context(*this)) {
-    reducer_->set_forward_pass_work_handle(work, divide_by_initial_world_size());
-  }
+  // The heartbeat (this rank has not joined) the prologue sent: its sum divides
+  // the gradients where divide_by_initial_world_size is off.
+  if (auto work = take_heartbeat()) reducer_->set_forward_pass_work_handle(work, divide_by_initial_world_size());
   // Before the forward's allocations, to keep the peak memory down; once.
   if (grad_enabled && rebuild_buckets()) has_rebuilt_buckets_ = true;
   if (will_sync_module_buffers()) sync_buffers();
-  if (join_config().enable && !join_config().scheduled) {
-    // Joined ranks learn from this whether the backward reduces gradients.
-    grad_sync_work_ = grad_sync_flag(/*joined=*/false);
-  }
 }
 
 void DistributedDataParallel::post_forward(const std::vector<torch::Tensor>& outputs, bool prepare_for_backward) {
@@ -243,10 +231,6 @@ void DistributedDataParallel::post_forward(const std::vector<torch::Tensor>& out
     }
   } else {
     require_forward_param_sync_ = false;
-  }
-  if (grad_sync_work_) {
-    grad_sync_work_->wait();
-    grad_sync_work_.reset();
   }
 }
 

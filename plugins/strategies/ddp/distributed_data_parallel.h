@@ -18,11 +18,15 @@
 // [1 MiB, bucket_cap_mb...] buckets (find_unused_parameters=true).
 //
 // pre_forward (PyTorch 1.13's forward, up to the module's) issues the
-// forward-side collectives (the protocol table's 1-4; the heartbeat's Work goes
-// to the Reducer). post_forward, where grad is enabled and
+// forward-side collectives (the protocol table's 1-4: the Join prologue,
+// GradientSync::before_forward's, then the bucket rebuild and the buffers;
+// the heartbeat's Work goes to the Reducer). The flag comes before the
+// rebuild and the buffers here, where PyTorch's DDP sends it after them: the
+// prologue is one for every GradientSync, and this rank's main hook matches
+// it in the same order. post_forward, where grad is enabled and
 // require_backward_grad_sync() holds, sets require_forward_param_sync (else
 // clears it) and arms the Reducer (prepare_for_backward, from the outputs with
-// find_unused_parameters) unless backward() is to; then it waits for the flag.
+// find_unused_parameters) unless backward() is to.
 // An armed backward reduces the buckets (6): the gradients arrive divided by
 // the world size (with Join and divide_by_initial_world_size=false, by the
 // number of ranks still active). The join hook is PyTorch's _DDPJoinHook
@@ -95,7 +99,8 @@ class DistributedDataParallel : public GradientSync {
 
   // -- forward: PyTorch's DistributedDataParallel.forward split around the
   // user's forward, so any callable (a LightningModule's training_step) can run in between.
-  void pre_forward();
+  // GradientSync::before_forward: the Join prologue, then forward_collectives().
+  void pre_forward() { before_forward(); }
   // `outputs`: what backward will start from (only read with find_unused_parameters).
   // prepare_for_backward=false leaves Reducer::prepare_for_backward to the caller
   // (manual optimization: called by prepare_for_backward() just before backward).
@@ -109,7 +114,6 @@ class DistributedDataParallel : public GradientSync {
   void backward(const torch::Tensor& loss) override;
 
   // -- GradientSync: the strategy's view of the above --------------------------------
-  void before_forward() override { pre_forward(); }
   void after_forward(const std::vector<torch::Tensor>& outputs) override {
     post_forward(outputs, /*prepare_for_backward=*/false);  // backward() arms the Reducer
   }
@@ -190,6 +194,8 @@ class DistributedDataParallel : public GradientSync {
   bool rebuild_buckets();
   void push_rebuilt_params_for_all_indices();
 
+  // The bucket rebuild and the buffers' broadcast (the protocol table's 3, 4).
+  void forward_collectives() override;
   void pre_forward_impl();
   std::vector<torch::Tensor> module_buffers() const;
   std::vector<torch::Tensor> module_states() const;  // parameters, then buffers (all of them)
@@ -206,8 +212,6 @@ class DistributedDataParallel : public GradientSync {
   bool require_forward_param_sync_ = true;
   bool has_rebuilt_buckets_ = false;
   int64_t num_iterations_ = 0;
-  // The grad-sync flag's allreduce (the protocol table's 4), waited in post_forward.
-  c10::intrusive_ptr<c10d::Work> grad_sync_work_;
   torch::Tensor stop_flag_;    // options.stop_wish: the last of parameters_
   bool stop_reduced_ = false;  // a reduction carried the flag since take_agreed_stop()
 };

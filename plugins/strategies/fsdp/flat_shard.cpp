@@ -117,14 +117,6 @@ FlatShard::FlatShard(std::shared_ptr<torch::nn::Module> module, c10::intrusive_p
 }
 
 FlatShard::~FlatShard() {
-  for (auto* work : {&heartbeat_, &grad_sync_work_}) {
-    if (!*work) continue;
-    try {
-      (*work)->wait();
-    } catch (const std::exception&) {
-      // Destroyed after a failed step: the error has been reported already.
-    }
-  }
   for (size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->del_post_hook(hook_keys_[i]);
   bool emptied = false;
   for (size_t u = 0; u < units_.size(); ++u) {
@@ -309,13 +301,7 @@ void FlatShard::share_sequence(bool has_record) {
 
 // -- one micro-batch --------------------------------------------------------------------------------
 
-void FlatShard::before_forward() {
-  heartbeat_ = Join::notify_join_context(*this);
-  if (join_config().enable && !join_config().scheduled) {
-    grad_sync_work_ = grad_sync_flag(/*joined=*/false, nullptr);
-    grad_sync_work_->wait();
-    grad_sync_work_.reset();
-  }
+void FlatShard::forward_collectives() {
   in_micro_batch_ = true;
   shadowing_ = false;
   sequence_.start(require_backward_grad_sync());
@@ -416,11 +402,10 @@ void FlatShard::end_backward() {
 
 void FlatShard::backward(const torch::Tensor& loss) {
   divisor_ = static_cast<double>(group_->getSize());
-  if (heartbeat_) {
-    heartbeat_->wait();
+  if (auto heartbeat = take_heartbeat()) {
+    heartbeat->wait();
     // The heartbeat's sum: the ranks with a micro-batch in this iteration.
-    if (!divide_by_initial_world_size()) divisor_ = heartbeat_->result().at(0).item<double>();
-    heartbeat_.reset();
+    if (!divide_by_initial_world_size()) divisor_ = heartbeat->result().at(0).item<double>();
   }
   const bool reduces = torch::GradMode::is_enabled() && require_backward_grad_sync();
   if (std::exchange(shadowing_, false)) {

@@ -132,7 +132,8 @@ class FlatShard : public GradientSync, private FSDPUnitHooks {
   void reload_shard();
 
   // -- GradientSync --------------------------------------------------------------------------
-  void before_forward() override;
+  // After the Join prologue: the gathers of the freeable units not declared (lt::FSDPUnit).
+  void forward_collectives() override;
   void after_forward(const std::vector<torch::Tensor>& /*outputs*/) override {}
   void backward(const torch::Tensor& loss) override;
   void after_optimizer_step() override;
@@ -195,8 +196,6 @@ class FlatShard : public GradientSync, private FSDPUnitHooks {
   std::vector<torch::Tensor> shards_;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
   std::vector<uintptr_t> hook_keys_;
-  c10::intrusive_ptr<c10d::Work> heartbeat_;
-  c10::intrusive_ptr<c10d::Work> grad_sync_work_;
 
   // The G at sequence position prefetch_pos_ - 1, started (backward prefetch); null when none.
   c10::intrusive_ptr<c10d::Work> prefetch_;
