@@ -148,6 +148,9 @@ class ParallelStrategy : public Strategy {
   GradientSync* gradient_sync() const { return sync_.get(); }
   // A Joinable that joins every training epoch's Join after the gradient sync
   // (an optimizer that communicates, a user's own per-iteration collective).
+  // Its main hook runs after the sync's, which includes the lockstep step: a
+  // collective issued before the step matches only where the step issues
+  // none (ddp; not fsdp's gathers: docs/distributed.md).
   void add_joinable(std::shared_ptr<Joinable> joinable);
 
  protected:

@@ -26,8 +26,8 @@ class BaseStrategy : public lt::Strategy {
   std::string name() const override { return "base"; }
 };
 
-struct Run {
-  Run() {
+struct Saving {
+  Saving() {
     module.hparams()["lr"] = lt::HParam(0.1);
     module.hparams()["name"] = lt::HParam(std::string("line"));
     auto sgd = std::make_shared<torch::optim::SGD>(module.parameters(), torch::optim::SGDOptions(0.1));
@@ -51,14 +51,14 @@ struct Run {
 
 std::vector<std::string> keys(const lt::StateDict& d) {
   std::vector<std::string> out;
-  for (const auto& entry : d) out.push_back(entry.key());
+  for (const auto& entry : d) out.push_back(entry.key().toStringRef());
   return out;
 }
 
 // Fabric's: no extras. Every key of the layout but the Trainer's own, with
 // the module's hparams, and no pending scheduler step (the user steps it).
 TEST(TrainingState, EveryEntryIsWrittenInOnePlaceForEitherDriver) {
-  Run run;
+  Saving run;
   const lt::StateDict ckpt = run.dump();
   EXPECT_EQ(keys(ckpt), (std::vector<std::string>{"state_dict", "epoch", "epoch_finished", "global_step",
                                                    "world_size", "optimizer", "lr_scheduler", "lightning_cpp_version",
@@ -75,7 +75,7 @@ TEST(TrainingState, EveryEntryIsWrittenInOnePlaceForEitherDriver) {
 // The Trainer's: its extras in their places, and at an epoch's end the fit
 // loop's epoch scheduler step still to come.
 TEST(TrainingState, TheTrainersExtrasAndThePendingSchedulerStep) {
-  Run run;
+  Saving run;
   lt::CheckpointExtras extras;
   extras.epoch_samples = lt::new_state_dict();
   extras.epoch_samples->insert("seen", int64_t{3});

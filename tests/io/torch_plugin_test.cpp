@@ -134,9 +134,9 @@ TEST_F(TorchCheckpointIOTest, ValidateTestAndPredictReadTheWeightsThroughIt) {
     lt::OptimizerConfig configure_optimizers() override { return {}; }
     torch::nn::Linear fc{nullptr};
   };
-  torch::nn::Linear source(2, 1);
+  Probe source;
   c10::impl::GenericDict checkpoint(c10::StringType::get(), c10::AnyType::get());
-  checkpoint.insert("state_dict", lt::module_state_dict(*source));
+  checkpoint.insert("state_dict", lt::module_state_dict(source));
   auto strategy = std::make_shared<lt::SingleDeviceStrategy>();
   auto io = std::make_shared<RecordingCheckpointIO>();
   io->last = checkpoint;  // what it "stored" under any path; no file is written or read
@@ -147,8 +147,8 @@ TEST_F(TorchCheckpointIOTest, ValidateTestAndPredictReadTheWeightsThroughIt) {
       std::make_shared<lt::TensorDataset>(torch::ones({2, 2}), torch::zeros({2, 1})), lt::DataLoaderOptions(2));
   auto model = std::make_shared<Probe>();
   trainer.validate(model, loader, path("weights.ckpt"));
-  EXPECT_TRUE(model->fc->weight.equal(source->weight));
-  EXPECT_TRUE(model->fc->bias.equal(source->bias));
+  EXPECT_TRUE(model->fc->weight.equal(source.fc->weight));
+  EXPECT_TRUE(model->fc->bias.equal(source.fc->bias));
   trainer.test(std::make_shared<Probe>(), loader, path("weights.ckpt"));
   trainer.predict(std::make_shared<Probe>(), loader, path("weights.ckpt"));
   EXPECT_EQ(io->loaded, std::vector<std::string>(3, path("weights.ckpt")));

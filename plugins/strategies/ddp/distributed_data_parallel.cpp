@@ -13,6 +13,7 @@
 #include <torch/csrc/distributed/c10d/reducer.hpp>
 
 #include <lightning_cpp/core/check.h>
+#include <lightning_cpp/core/strategy.h>
 #include <lightning_cpp/core/torch_compat.h>
 
 namespace lt {

@@ -7,6 +7,7 @@
 
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/rank_zero.h>
+#include <lightning_cpp/core/strategy.h>
 
 namespace lt {
 
