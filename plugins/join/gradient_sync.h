@@ -25,9 +25,9 @@
 // And per epoch, end_epoch() after its last iteration, on every rank.
 // Its JoinHook's main_hook, on a joined rank, first calls
 // joined_iteration_reduces(), then issues the same collectives with neutral
-// values, and with epoch().lockstep set
-// (lockstep Join) copies the reduced gradient into param.grad and calls the step; its
-// post_hook leaves every rank with the same parameters and buffers.
+// values, and with epoch().lockstep set (lockstep Join) copies the reduced
+// gradient into param.grad and takes the step; its post_hook leaves every
+// rank with the same parameters and buffers.
 //
 // The agreed stop (optional): an implementation whose gradient reduction can
 // carry every rank's wish to stop returns the reduced wish from
@@ -128,7 +128,7 @@ class EpochSteps;  // core/strategy.h
 
 class GradientSync : public Joinable {
  public:
-  // Waits for a heartbeat or flag still in flight (after a failed step: its error was reported already).
+  // Waits for a heartbeat still in flight (after a failed step: its error was reported already).
   ~GradientSync() override;
 
   // -- one micro-batch ---------------------------------------------------------------
