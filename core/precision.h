@@ -6,6 +6,7 @@
 // the optimizer step run outside the forward's context, on the module's own
 // dtype, as with torch.autocast. Implementations: plugins/precision/precision.h.
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -52,6 +53,11 @@ class Precision {
   // Whether unscale_gradients judges the gradients' finiteness itself (then
   // trainer.on_nonfinite looks at the losses only).
   virtual bool judges_gradients() const { return false; }
+  // A sharding strategy, whose ranks hold different gradients, gives the
+  // precision the reduction that makes unscale_gradients' verdict every
+  // rank's: `reduce` takes a flag (a one-element tensor, 1: found a
+  // non-finite gradient) and returns the maximum over the ranks. Null: none.
+  virtual void set_found_inf_reduction(std::function<torch::Tensor(const torch::Tensor&)> /*reduce*/) {}
   // What a checkpoint keeps of it, under state_key(); empty: nothing.
   virtual std::string state_key() const { return "precision"; }
   virtual StateDict state_dict() const { return new_state_dict(); }

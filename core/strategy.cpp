@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include <c10/core/impl/VirtualGuardImpl.h>
+
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/fused_optimizer.h>
 #include <lightning_cpp/core/lightning_module.h>
@@ -12,7 +14,15 @@
 
 namespace lt {
 
-void Strategy::setup(LightningModule& module) { module.to(root_device()); }
+void set_current_device(const torch::Device& device) {
+  // Through the device guard's registry: no CUDA header, and a LibTorch without CUDA never gets here.
+  if (device.is_cuda() && device.has_index()) c10::impl::VirtualGuardImpl(device.type()).setDevice(device);
+}
+
+void Strategy::setup(LightningModule& module) {
+  set_current_device(root_device());
+  module.to(root_device());
+}
 
 void Strategy::set_precision(std::shared_ptr<Precision> precision) {
   LT_CHECK(precision != nullptr, "Strategy::set_precision: null");
@@ -21,7 +31,10 @@ void Strategy::set_precision(std::shared_ptr<Precision> precision) {
 
 Batch Strategy::batch_to_device(Batch batch) const {
   const torch::Device device = root_device();
-  return batch.map([&](const torch::Tensor& t) { return t.to(device); });
+  // From pinned memory (DataLoaderOptions::pin_memory) the copy is asynchronous: the host goes on while it runs on
+  // the device's current stream, ahead of the step's kernels, and the caching host allocator keeps the pinned
+  // block until it is done.
+  return batch.map([&](const torch::Tensor& t) { return t.to(device, /*non_blocking=*/device.is_cuda() && t.is_pinned()); });
 }
 
 torch::Tensor Strategy::training_step(LightningModule& module, const Batch& batch, int64_t batch_idx) {

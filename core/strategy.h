@@ -128,6 +128,11 @@ struct FeatureSet {
   int64_t train_batches = 0;  // this rank's training batches per epoch (after limit_train_batches)
 };
 
+// Makes `device` the current CUDA device (a CUDA device with an index; a
+// no-op for any other): a process's CUDA work, NCCL's communicators among it,
+// then lands on its own GPU, not on GPU 0.
+void set_current_device(const torch::Device& device);
+
 class Strategy {
  public:
   virtual ~Strategy() = default;

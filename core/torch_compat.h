@@ -12,6 +12,8 @@
 //     bucket_bytes_cap_list).
 //   - autocast: 1.13's per-device setters became (device type, ...) calls in
 //     2.x, the old ones deprecated wrappers that warn on every call.
+//   - the gradient scaler's fused kernels: CUDA-only before 2.3, which added
+//     CPU kernels (torch.amp.GradScaler("cpu")).
 
 #include <memory>
 #include <string>
@@ -20,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/version.h>
@@ -62,6 +65,45 @@ inline void set_autocast_dtype(c10::DeviceType device, at::ScalarType dtype) {
   device == c10::DeviceType::CPU ? at::autocast::set_autocast_cpu_dtype(dtype)
                                  : at::autocast::set_autocast_gpu_dtype(dtype);
 #endif
+}
+
+// -- the gradient scaler's fused kernels --------------------------------------------------------
+// PyTorch's _amp_foreach_non_finite_check_and_unscale_: found_inf (a float
+// tensor of one element) becomes 1 where a gradient holds an infinity or a NaN
+// (checked before the division), and every gradient is multiplied by
+// inv_scale. Where the device has no kernel (1.13 on the CPU) the same with
+// tensor ops. Neither reads a value back to the host.
+inline void amp_unscale_(std::vector<at::Tensor>& grads, at::Tensor& found_inf, const at::Tensor& inv_scale) {
+#if !LT_TORCH_AT_LEAST(2, 3)
+  if (!found_inf.is_cuda()) {
+    for (auto& g : grads) {
+      found_inf.copy_(at::maximum(found_inf, at::isfinite(g).all().logical_not().to(found_inf.scalar_type())));
+      g.mul_(inv_scale);
+    }
+    return;
+  }
+#endif
+  at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv_scale);
+}
+
+// PyTorch's _amp_update_scale_: on found_inf the scale times backoff and the
+// tracker 0; else the tracker counts, and at growth_interval the scale grows
+// (unless that overflows float32) and the tracker restarts.
+inline void amp_update_scale_(at::Tensor& scale, at::Tensor& growth_tracker, const at::Tensor& found_inf,
+                              double growth_factor, double backoff_factor, int64_t growth_interval) {
+#if !LT_TORCH_AT_LEAST(2, 3)
+  if (!scale.is_cuda()) {
+    const at::Tensor found = found_inf.gt(0);
+    const at::Tensor successful = growth_tracker + 1;
+    const at::Tensor at_interval = successful.eq(growth_interval);
+    const at::Tensor grown = (scale.to(at::kDouble) * growth_factor).to(scale.scalar_type());
+    const at::Tensor backed_off = (scale.to(at::kDouble) * backoff_factor).to(scale.scalar_type());
+    scale.copy_(at::where(found, backed_off, at::where(at_interval.logical_and(at::isfinite(grown)), grown, scale)));
+    growth_tracker.copy_(at::where(found.logical_or(at_interval), at::zeros_like(successful), successful));
+    return;
+  }
+#endif
+  at::_amp_update_scale_(scale, growth_tracker, found_inf, growth_factor, backoff_factor, growth_interval);
 }
 
 // -- c10d -------------------------------------------------------------------------------------

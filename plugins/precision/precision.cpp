@@ -16,16 +16,16 @@ namespace lt {
 
 namespace {
 
-// torch.autocast("cpu", dtype=torch.bfloat16) or ("cuda", dtype=torch.float16)
-// as a scope; nests, and puts back what was there before.
+// torch.autocast(device, dtype) as a scope; nests, and puts back what was
+// there before.
 class Autocast : public ForwardContext {
  public:
-  explicit Autocast(c10::DeviceType device)
+  Autocast(c10::DeviceType device, at::ScalarType dtype)
       : device_(device == c10::kCPU ? c10::kCPU : c10::kCUDA),
         was_enabled_(compat::autocast_enabled(device_)),
         was_dtype_(compat::autocast_dtype(device_)) {
     compat::set_autocast_enabled(device_, true);
-    compat::set_autocast_dtype(device_, device_ == c10::kCPU ? at::kBFloat16 : at::kHalf);
+    compat::set_autocast_dtype(device_, dtype);
     at::autocast::increment_nesting();
   }
   ~Autocast() override {
@@ -45,9 +45,12 @@ class Autocast : public ForwardContext {
 std::shared_ptr<Precision> make_precision(const std::string& name, c10::DeviceType device) {
   if (name == "32-true") return std::make_shared<FullPrecision>();
   if (name == "64-true") return std::make_shared<DoublePrecision>();
+  if (name == "bf16-true") return std::make_shared<TruePrecision>(c10::kBFloat16);
+  if (name == "16-true") return std::make_shared<TruePrecision>(c10::kHalf);
   if (name == "bf16-mixed") {
-    LT_CHECK_VALUE(device == c10::kCPU, "trainer.precision bf16-mixed runs on the CPU here (CPU autocast); on ",
-                   c10::DeviceTypeName(device), " it is not built yet");
+    LT_CHECK_VALUE(device == c10::kCPU || device == c10::kCUDA, "trainer.precision bf16-mixed runs under CPU or ",
+                   "CUDA autocast; the run is on ", c10::DeviceTypeName(device));
+    if (device == c10::kCUDA) return std::make_shared<BF16MixedPrecision>(c10::kCUDA);
     static std::once_flag measured;
     std::call_once(measured, [] {
       if (const std::string warning = bf16_slow_warning(bf16_matmul_speed_ratio(), cpu_info()); !warning.empty()) {
@@ -63,8 +66,8 @@ std::shared_ptr<Precision> make_precision(const std::string& name, c10::DeviceTy
                    "; use bf16-mixed on the CPU");
     return std::make_shared<MixedPrecision>();
   }
-  throw ValueError(c10::str("trainer.precision must be one of 32-true, 64-true, bf16-mixed, 16-mixed; got '", name,
-                            "'"));
+  throw ValueError(c10::str("trainer.precision must be one of 32-true, 64-true, bf16-true, 16-true, bf16-mixed, ",
+                            "16-mixed; got '", name, "'"));
 }
 
 double bf16_matmul_speed_ratio() {
@@ -99,18 +102,27 @@ std::string bf16_slow_warning(double ratio, const CpuInfo& cpu) {
                   "amx_bf16 (Intel Cooper Lake, Sapphire Rapids, AMD Zen 4 and later)");
 }
 
-void DoublePrecision::convert_module(torch::nn::Module& module) const { module.to(torch::kFloat64); }
+TruePrecision::TruePrecision(c10::ScalarType dtype) : dtype_(dtype) {
+  LT_CHECK_VALUE(dtype == c10::kDouble || dtype == c10::kBFloat16 || dtype == c10::kHalf,
+                 "TruePrecision: float64, bfloat16 or float16, got ", c10::toString(dtype));
+}
 
-Batch DoublePrecision::convert_input(Batch batch) const {
-  return batch.map([](const torch::Tensor& t) { return t.is_floating_point() ? t.to(torch::kFloat64) : t; });
+std::string TruePrecision::name() const {
+  return dtype_ == c10::kDouble ? "64-true" : dtype_ == c10::kBFloat16 ? "bf16-true" : "16-true";
+}
+
+void TruePrecision::convert_module(torch::nn::Module& module) const { module.to(dtype_); }
+
+Batch TruePrecision::convert_input(Batch batch) const {
+  return batch.map([this](const torch::Tensor& t) { return t.is_floating_point() ? t.to(dtype_) : t; });
 }
 
 std::unique_ptr<ForwardContext> BF16MixedPrecision::forward_context() const {
-  return std::make_unique<Autocast>(c10::kCPU);
+  return std::make_unique<Autocast>(device_, at::kBFloat16);
 }
 
 std::unique_ptr<ForwardContext> MixedPrecision::forward_context() const {
-  return std::make_unique<Autocast>(c10::kCUDA);
+  return std::make_unique<Autocast>(c10::kCUDA, at::kHalf);
 }
 
 }  // namespace lt

@@ -3,9 +3,13 @@
 // trainer.precision), as Lightning names them:
 //   32-true     float32 everywhere (the default)
 //   64-true     the module and floating inputs in float64
-//   bf16-mixed  forward under CPU autocast to bfloat16 (matmuls, convolutions,
-//               linear layers in bfloat16; reductions and losses in float32);
-//               parameters, gradients and the optimizer stay float32
+//   bf16-true   the module and floating inputs in bfloat16 (parameters,
+//               gradients and the optimizer's state too)
+//   16-true     the same in float16
+//   bf16-mixed  forward under autocast to bfloat16 on the module's device
+//               (matmuls, convolutions, linear layers in bfloat16; reductions
+//               and losses in float32); parameters, gradients and the
+//               optimizer stay float32
 //   16-mixed    CUDA autocast to float16 around every forward, and a gradient
 //               scaler (grad_scaler.h) around backward and the optimizer step;
 //               refused without CUDA
@@ -25,17 +29,34 @@ namespace lt {
 // unknown name (listing the valid ones) or one the device cannot run.
 std::shared_ptr<Precision> make_precision(const std::string& name, c10::DeviceType device);
 
-class DoublePrecision : public Precision {
+// 64-true, bf16-true and 16-true (Lightning's DoublePrecision and
+// HalfPrecision): the module and the floating inputs in one dtype.
+class TruePrecision : public Precision {
  public:
-  std::string name() const override { return "64-true"; }
+  // float64, bfloat16 or float16.
+  explicit TruePrecision(c10::ScalarType dtype);
+  std::string name() const override;
   void convert_module(torch::nn::Module& module) const override;
   Batch convert_input(Batch batch) const override;
+
+ private:
+  c10::ScalarType dtype_;
 };
 
+class DoublePrecision : public TruePrecision {
+ public:
+  DoublePrecision() : TruePrecision(c10::kDouble) {}
+};
+
+// Autocast to bfloat16 on `device` (CPU or CUDA) around every forward.
 class BF16MixedPrecision : public Precision {
  public:
+  explicit BF16MixedPrecision(c10::DeviceType device = c10::kCPU) : device_(device) {}
   std::string name() const override { return "bf16-mixed"; }
   std::unique_ptr<ForwardContext> forward_context() const override;
+
+ private:
+  c10::DeviceType device_;
 };
 
 // How fast this CPU multiplies bfloat16 matrices, as a ratio of float32's
@@ -61,6 +82,9 @@ class MixedPrecision : public Precision {
   bool unscale_gradients(torch::optim::Optimizer& optimizer) override { return scaler_.unscale(optimizer); }
   void after_optimizer_step() override { scaler_.update(); }
   bool judges_gradients() const override { return true; }
+  void set_found_inf_reduction(std::function<torch::Tensor(const torch::Tensor&)> reduce) override {
+    scaler_.set_found_inf_reduction(std::move(reduce));
+  }
   // Lightning's key for it: its class name.
   std::string state_key() const override { return "MixedPrecision"; }
   StateDict state_dict() const override { return scaler_.state_dict(); }

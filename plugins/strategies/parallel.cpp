@@ -60,6 +60,7 @@ void ParallelStrategy::setup_environment(const TrainerOptions& options) {
     LT_CHECK_VALUE(local_rank_ < static_cast<int64_t>(torch::cuda::device_count()), who(), ": local rank ",
                    local_rank_, " has no CUDA device (", torch::cuda::device_count(), " visible)");
     device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank_));
+    set_current_device(device_);  // before any CUDA work: NCCL's communicator is made on the current device
   } else {
     device_ = torch::kCPU;
   }

@@ -90,7 +90,7 @@ class JoinNet : public lt::LightningModule {
   torch::Tensor flat() const {
     std::vector<torch::Tensor> out;
     for (const auto& p : parameters()) out.push_back(p.detach().reshape(-1));
-    return torch::cat(out);
+    return torch::cat(out).cpu();  // on the CPU, where the fixtures are, also after a run on a GPU
   }
 
   torch::nn::Linear l1{nullptr};

@@ -240,6 +240,12 @@ OptimizerConfig FSDPStrategy::setup_optimizers(LightningModule& module) {
                  "Use state_dict_type: full (written through it), or leave the default TorchCheckpointIO");
   OptimizerConfig config = ParallelStrategy::setup_optimizers(module);
   FlatShard* flat = flat_shard();
+  // Each rank unscales its shards' gradients: a gradient scaler's verdict is
+  // every rank's (PyTorch's ShardedGradScaler), so all skip a step or none.
+  precision().set_found_inf_reduction(
+      flat == nullptr ? nullptr : std::function<torch::Tensor(const torch::Tensor&)>([this](const torch::Tensor& found) {
+        return reduce(found, ReduceOp::kMax);
+      }));
   if (flat == nullptr) return config;
   LT_CHECK_VALUE(config.optimizers.size() == 1, "strategy fsdp: ", sharding(), " shards one optimizer; ",
                  "configure_optimizers() returned ", config.optimizers.size(), " (use sharding_strategy NO_SHARD)");

@@ -46,9 +46,11 @@ inline WorkerOptions join_options(const std::string& inputs, std::map<std::strin
   return options;
 }
 
+// LT_TEST_ACCELERATOR (cpu unless set): where the Cuda tests run the same workers.
 inline lt::TrainerOptions base_options(const std::shared_ptr<lt::Strategy>& strategy, int ws) {
   return lt::TrainerOptions()
       .strategy(strategy)
+      .accelerator(env_str("LT_TEST_ACCELERATOR", "cpu"))
       .devices(ws)
       .max_epochs(1)
       .enable_progress_bar(false)
@@ -59,8 +61,10 @@ inline lt::TrainerOptions base_options(const std::shared_ptr<lt::Strategy>& stra
 
 // One per worker process: its process group lives as long as the strategy.
 inline std::shared_ptr<lt::DDPStrategy> make_strategy() {
-  static auto strategy = std::make_shared<lt::DDPStrategy>(
-      lt::DDPStrategyOptions().process_group_timeout(std::chrono::seconds(30)));
+  // LT_TEST_BACKEND: gloo or nccl (unset: the accelerator's default)
+  static auto strategy = std::make_shared<lt::DDPStrategy>(lt::DDPStrategyOptions()
+                                                               .process_group_timeout(std::chrono::seconds(30))
+                                                               .process_group_backend(env_str("LT_TEST_BACKEND")));
   return strategy;
 }
 

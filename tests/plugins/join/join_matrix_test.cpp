@@ -19,6 +19,7 @@
 
 #include "distributed/flat_allreduce_strategy.h"
 #include "plugins/join/join_fixture.h"
+#include "support/cuda.h"
 
 using lt::testing::env_int;
 using lt::testing::env_str;
@@ -189,4 +190,23 @@ TEST(JoinMatrix, TestOnlyFlatAllreduceStrategyOnTwoAndThreeRanks) {
   expect_workers_pass("JoinMatrix", 2, std::chrono::seconds(120), {{"LT_FLAT_ALLREDUCE", "1"}});
   expect_workers_pass("JoinMatrix", 3, std::chrono::seconds(120), {{"LT_FLAT_ALLREDUCE", "1"}});
   expect_workers_pass("JoinMatrix", 2, std::chrono::seconds(120), {{"LT_FLAT_ALLREDUCE", "1"}, {"LT_STREAM", "1"}});
+}
+
+// The same matrices with the model, the batches and every collective's
+// tensors on CUDA: two ranks share the one GPU over Gloo, against the same
+// oracle fixtures.
+TEST(CudaJoinMatrix, TwoRanksSharingTheGpu) {
+  LT_SKIP_WITHOUT_CUDA();
+  WorkerOptions options;
+  options.timeout = std::chrono::seconds(180);
+  auto r = run_workers("JoinMatrix", 2, sharing_one_gpu(2, options));
+  EXPECT_TRUE(r.ok()) << r.summary();
+}
+
+TEST(CudaJoinLockstep, StatefulOptimizersOnTwoRanksSharingTheGpu) {
+  LT_SKIP_WITHOUT_CUDA();
+  WorkerOptions options;
+  options.timeout = std::chrono::seconds(240);
+  auto r = run_workers("JoinLockstepMatrix", 2, sharing_one_gpu(2, options));
+  EXPECT_TRUE(r.ok()) << r.summary();
 }

@@ -92,22 +92,26 @@ TEST_F(TrainerTest, Bf16MixedWarnsWhereTheCpuMultipliesBf16Slowly) {
   if (cpu.known() && !cpu.has("avx512f")) EXPECT_LT(ratio, 0.5) << "no avx512 at all, yet bf16 is fast";
 }
 
-// precision="64-true": the module and the inputs in float64, equal to the
-// hand-written float64 loop.
-TEST_F(TrainerTest, SixtyFourTrueEqualsTheHandWrittenDoubleLoop) {
+// precision="64-true", "bf16-true", "16-true": the module and the inputs in
+// that dtype, equal to the hand-written loop in it.
+TEST_F(TrainerTest, TruePrecisionsEqualTheHandWrittenLoopInTheirDtype) {
   auto data = regression_data(32);
-  torch::manual_seed(5);
-  auto model = std::make_shared<Regressor>();
-  torch::manual_seed(5);
-  Regressor reference;
-  reference.to(torch::kFloat64);
-  lt::Trainer trainer(lt::TrainerOptions().max_epochs(2).precision("64-true").enable_progress_bar(false)
-                          .enable_model_summary(false));
-  trainer.fit(model, loader(data, 8));
-  hand_written_fit(reference, lt::TensorDataset(data->data().to(torch::kFloat64), data->targets().to(torch::kFloat64)),
-                   8, 2, 1, 0.0);
-  EXPECT_EQ(model->fc1->weight.scalar_type(), torch::kFloat64);
-  expect_same_parameters(*model, reference);
+  for (const auto& [name, dtype] : {std::pair{"64-true", torch::kFloat64}, std::pair{"bf16-true", torch::kBFloat16},
+                                    std::pair{"16-true", torch::kHalf}}) {
+    SCOPED_TRACE(name);
+    torch::manual_seed(5);
+    auto model = std::make_shared<Regressor>();
+    torch::manual_seed(5);
+    Regressor reference;
+    reference.to(dtype);
+    lt::Trainer trainer(lt::TrainerOptions().max_epochs(2).precision(name).enable_progress_bar(false)
+                            .enable_model_summary(false));
+    trainer.fit(model, loader(data, 8));
+    hand_written_fit(reference, lt::TensorDataset(data->data().to(dtype), data->targets().to(dtype)), 8, 2, 1, 0.0);
+    EXPECT_EQ(model->fc1->weight.scalar_type(), dtype);
+    EXPECT_EQ(trainer.strategy().precision().name(), name);
+    expect_same_parameters(*model, reference);
+  }
   EXPECT_THROW(lt::Trainer(lt::TrainerOptions().precision("fp8")), lt::ValueError);
   try {
     lt::Trainer cuda_only(lt::TrainerOptions().precision("16-mixed"));

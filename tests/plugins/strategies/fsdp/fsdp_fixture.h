@@ -18,21 +18,26 @@
 namespace lt::testing {
 
 // One per worker process each: a process group lives as long as its strategy.
+// LT_TEST_BACKEND: gloo or nccl (unset: the accelerator's default).
 inline std::shared_ptr<lt::FSDPStrategy> fsdp() {
-  static auto strategy = std::make_shared<lt::FSDPStrategy>(
-      lt::FSDPStrategyOptions().process_group_timeout(std::chrono::seconds(30)));
+  static auto strategy = std::make_shared<lt::FSDPStrategy>(lt::FSDPStrategyOptions()
+                                                                .process_group_timeout(std::chrono::seconds(30))
+                                                                .process_group_backend(env_str("LT_TEST_BACKEND")));
   return strategy;
 }
 
 inline std::shared_ptr<lt::DDPStrategy> ddp() {
-  static auto strategy = std::make_shared<lt::DDPStrategy>(
-      lt::DDPStrategyOptions().process_group_timeout(std::chrono::seconds(30)));
+  static auto strategy = std::make_shared<lt::DDPStrategy>(lt::DDPStrategyOptions()
+                                                               .process_group_timeout(std::chrono::seconds(30))
+                                                               .process_group_backend(env_str("LT_TEST_BACKEND")));
   return strategy;
 }
 
+// LT_TEST_ACCELERATOR (cpu unless set): where the Cuda tests run the same workers.
 inline lt::TrainerOptions options(const std::shared_ptr<lt::Strategy>& strategy, int ws) {
   return lt::TrainerOptions()
       .strategy(strategy)
+      .accelerator(env_str("LT_TEST_ACCELERATOR", "cpu"))
       .devices(ws)
       .enable_progress_bar(false)
       .enable_model_summary(false)

@@ -20,6 +20,7 @@
 
 #include "distributed/join_oracle.h"
 #include "plugins/strategies/fsdp/fsdp_fixture.h"
+#include "support/cuda.h"
 #include "support/multiprocess.h"
 
 // env_int, the Join oracle's model, data and fixtures, fsdp(), ddp(), options()
@@ -131,8 +132,9 @@ std::vector<std::map<std::string, std::string>> on_nodes(int ranks, int local) {
   return env;
 }
 
-// Four ranks are 2 nodes of 2 (HYBRID_SHARD's rows).
-void expect_matrix(int ranks) {
+// Four ranks are 2 nodes of 2 (HYBRID_SHARD's rows); on_gpu: the ranks share
+// the one GPU, two single-GPU nodes (HYBRID_SHARD's rows too).
+void expect_matrix(int ranks, bool on_gpu = false) {
   const auto dir = std::filesystem::temp_directory_path() /
                    ("lt_fsdp_matrix_" + std::to_string(::getpid()) + "_" + std::to_string(ranks));
   std::filesystem::create_directories(dir);
@@ -140,6 +142,7 @@ void expect_matrix(int ranks) {
   options.timeout = std::chrono::seconds(240);
   options.env = {{"LT_CKPT_DIR", dir.string()}};
   if (ranks == 4) options.rank_env = on_nodes(ranks, 2);
+  if (on_gpu) options = sharing_one_gpu(ranks, options);
   const WorkersResult result = run_workers("FsdpLockstepMatrix", ranks, options);
   EXPECT_TRUE(result.ok()) << result.summary();
   std::filesystem::remove_all(dir);
@@ -176,4 +179,10 @@ LT_TEST_WORKER(FsdpEveryRankPads) {
 
 TEST(FsdpJoin, AWindowEveryRankPadsBeforeTheFirstReductionEndsAsDdp) {
   expect_workers_pass("FsdpEveryRankPads", 2, std::chrono::seconds(60));
+}
+
+// The matrix with every tensor on CUDA: two ranks share the one GPU over Gloo.
+TEST(CudaFsdpJoin, EveryShardingOnTheLockstepMatrixEqualsTheOracleOnTwoRanksSharingTheGpu) {
+  LT_SKIP_WITHOUT_CUDA();
+  expect_matrix(2, /*on_gpu=*/true);
 }
