@@ -53,3 +53,13 @@ if ! "$venv/bin/python3" -c "import torch, numpy, sys; sys.exit(torch.__version_
   [[ -x $venv/bin/python3 ]] || /usr/bin/python3 -m venv "$venv"
   "$venv/bin/pip" install --quiet --progress-bar off --disable-pip-version-check "torch==$torch_version" numpy
 fi
+
+# Lightning 2.6 (the pytorch-lightning package), for the benchmarks that set lightning-cpp beside it (bench/gpu):
+# the version the GPU machines have. Its requirements (torchmetrics, lightning-utilities) come with it; torch is
+# already there.
+lightning_version=2.6.6
+if ! "$venv/bin/python3" -c "import pytorch_lightning as pl, sys; sys.exit(pl.__version__ != '$lightning_version')" \
+    2>/dev/null; then
+  "$venv/bin/pip" install --quiet --progress-bar off --disable-pip-version-check \
+    "pytorch-lightning==$lightning_version"
+fi

@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <string>
+#include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/serialization/import_read.h>
@@ -19,13 +22,39 @@ namespace {
 
 // `value` with each list of ints, floats, bools or tensors made a generic
 // list (the pickler writes those as plain pickle lists; the typed ones as a
-// torch.jit._pickle.build_*list call); tensors are shared, not copied, and
-// a container without lists in it is `value` itself (the pickle is then
-// byte for byte what LibTorch's writer makes of it, untagged).
-c10::IValue plain_lists(const c10::IValue& value) {
+// torch.jit._pickle.build_*list call) and each tensor what `tensor` makes
+// of it (itself, or a placeholder); tensors are shared, not copied, and a
+// container without lists or replaced tensors in it is `value` itself (the
+// pickle is then byte for byte what LibTorch's writer makes of it, untagged).
+// Tensors off the CPU (a GPU's), keyed by the CPU placeholder that stands
+// for each one's storage in the pickle.
+using OffCpu = std::unordered_map<const c10::StorageImpl*, torch::Tensor>;
+
+// A placeholder on the CPU for `t`'s storage, viewed as `t` is: the pickle
+// then names the CPU as the tensor's place, as torch.save would after
+// .cpu(), and shares a storage among views as the original did.
+torch::Tensor cpu_placeholder(const torch::Tensor& t, OffCpu& off_cpu,
+                              std::unordered_map<const c10::StorageImpl*, torch::Tensor>& by_storage) {
+  torch::Tensor& base = by_storage[t.storage().unsafeGetStorageImpl()];
+  if (!base.defined()) {
+    base = deferred_tensor({static_cast<int64_t>(t.storage().nbytes() / t.element_size())},
+                           t.options().device(torch::kCPU));
+    off_cpu.emplace(base.storage().unsafeGetStorageImpl(), t);
+  }
+  return base.as_strided(t.sizes(), t.strides(), t.storage_offset());
+}
+
+// A tensor's whole storage, copied to the CPU: its record's bytes.
+torch::Tensor storage_on_cpu(const torch::Tensor& t) {
+  const int64_t n = static_cast<int64_t>(t.storage().nbytes() / t.element_size());
+  return torch::empty({0}, t.options()).set_(t.storage(), 0, {n}, {1}).to(torch::kCPU);
+}
+
+c10::IValue plain_lists(const c10::IValue& value, const std::function<c10::IValue(const torch::Tensor&)>& tensor) {
+  if (value.isTensor()) return tensor(value.toTensor());
   if (value.isList()) {
     c10::impl::GenericList out(c10::AnyType::get());
-    for (const c10::IValue& item : value.toListRef()) out.push_back(plain_lists(item));
+    for (const c10::IValue& item : value.toListRef()) out.push_back(plain_lists(item, tensor));
     return out;
   }
   if (value.isGenericDict()) {
@@ -33,7 +62,7 @@ c10::IValue plain_lists(const c10::IValue& value) {
     c10::impl::GenericDict out(dict.keyType(), c10::AnyType::get());
     bool changed = false;
     for (const auto& entry : dict) {
-      c10::IValue item = plain_lists(entry.value());
+      c10::IValue item = plain_lists(entry.value(), tensor);
       changed = changed || !item.isSameIdentity(entry.value());
       out.insert(entry.key(), std::move(item));
     }
@@ -43,7 +72,7 @@ c10::IValue plain_lists(const c10::IValue& value) {
     std::vector<c10::IValue> items;
     bool changed = false;
     for (const c10::IValue& item : value.toTupleRef().elements()) {
-      items.push_back(plain_lists(item));
+      items.push_back(plain_lists(item, tensor));
       changed = changed || !items.back().isSameIdentity(item);
     }
     return changed ? c10::ivalue::Tuple::create(std::move(items)) : value;
@@ -64,11 +93,20 @@ void write_archive(const c10::IValue& value, const ByteSink& sink, const Deferre
   // Untagged, with plain lists: what Python's torch.load reads with its
   // defaults (weights_only=True), which refuses the JIT pickler's
   // restore_type_tag and build_intlist-style globals. LibTorch reads it too.
+  // A GPU's tensors are written as CPU ones (a placeholder each in the
+  // pickle, their bytes copied out a storage at a time as their records are
+  // written), so the file loads on any machine, as after .cpu().
+  OffCpu off_cpu;
+  std::unordered_map<const c10::StorageImpl*, torch::Tensor> by_storage;
+  auto portable = [&](const torch::Tensor& t) -> c10::IValue {
+    const bool off = t.defined() && t.has_storage() && !t.is_cpu() && !t.is_meta() && t.storage().nbytes() > 0;
+    return off ? cpu_placeholder(t, off_cpu, by_storage) : t;
+  };
   std::vector<char> pickle;
   torch::jit::Pickler pickler([&](const char* data, size_t size) { pickle.insert(pickle.end(), data, data + size); },
                               nullptr, nullptr, nullptr, nullptr, /*tag_aggregates=*/false);
   pickler.protocol();
-  pickler.pushIValue(plain_lists(value));
+  pickler.pushIValue(plain_lists(value, portable));
   pickler.stop();
   const std::vector<at::Tensor>& tensors = pickler.tensorData();
   const std::string version = std::to_string(caffe2::serialize::kMinProducedFileFormatVersion) + "\n";
@@ -76,7 +114,8 @@ void write_archive(const c10::IValue& value, const ByteSink& sink, const Deferre
   PlaceholderRecords placeholders;
   for (size_t i = 0; i < tensors.size(); ++i) {
     records.emplace_back("data/" + std::to_string(i), tensors[i].storage().nbytes());
-    if (is_deferred(tensors[i])) placeholders.emplace(tensors[i].storage().unsafeGetStorageImpl(), i);
+    const c10::StorageImpl* storage = tensors[i].storage().unsafeGetStorageImpl();
+    if (is_deferred(tensors[i]) && off_cpu.count(storage) == 0) placeholders.emplace(storage, i);
   }
   records.emplace_back("data.pkl", pickle.size());
   records.emplace_back("version", version.size());
@@ -90,11 +129,21 @@ void write_archive(const c10::IValue& value, const ByteSink& sink, const Deferre
   if (!StoredZipWriter::writes(records)) {
     LT_INTERNAL_ASSERT(placeholders.empty(), "write_pickle_archive: placeholders in an archive of ", records.size(),
                        " records or with an empty one");
-    write_with_libtorch(sink, pickle, tensors);
+    std::vector<at::Tensor> whole = tensors;  // LibTorch's writer takes every record at once
+    for (auto& t : whole) {
+      auto it = off_cpu.find(t.storage().unsafeGetStorageImpl());
+      if (it != off_cpu.end()) t = storage_on_cpu(it->second);
+    }
+    write_with_libtorch(sink, pickle, whole);
     return;
   }
   StoredZipWriter zip("archive", sink);
   for (size_t i = 0; i < tensors.size(); ++i) {
+    if (auto it = off_cpu.find(tensors[i].storage().unsafeGetStorageImpl()); it != off_cpu.end()) {
+      const torch::Tensor bytes = storage_on_cpu(it->second);
+      zip.record(records[i].first, static_cast<const char*>(bytes.data_ptr()), bytes.nbytes());
+      continue;
+    }
     if (is_deferred(tensors[i])) continue;
     const torch::jit::WriteableTensorData storage = torch::jit::getWriteableTensorData(tensors[i]);
     zip.record(records[i].first, storage.data(), storage.sizeInBytes());
@@ -153,7 +202,9 @@ c10::IValue load_archive(const std::shared_ptr<CheckedReader>& file, const Recor
         if (elsewhere && !reader.hasRecord("data/" + key)) return elsewhere(key);
         return std::get<0>(reader.getRecord("data/" + key));
       };
-      torch::jit::Unpickler unpickler(read_pickle, nullptr, nullptr, read_record, c10::nullopt);
+      // Every tensor onto the CPU, whatever place the file names (a checkpoint PyTorch or Lightning wrote
+      // from a GPU names cuda:N): torch.load(map_location="cpu"); the strategy moves what it loads to its device.
+      torch::jit::Unpickler unpickler(read_pickle, nullptr, nullptr, read_record, at::Device(at::kCPU));
       unpickler.set_version(reader.version());
       value = unpickler.parse_ivalue();
     } catch (const std::exception& e) {

@@ -60,6 +60,12 @@ TEST_F(CheckpointTest, PythonStateDictInitialisesACppModel) {
   torch::NoGradGuard no_grad;
   auto out = model.forward(expected.at("input").toTensor());
   EXPECT_TRUE(torch::allclose(out, expected.at("output").toTensor(), 1e-6, 1e-6));
+  // Written from a GPU (its tensors placed on cuda:0): read onto the CPU, as torch.load(map_location="cpu").
+  Reference from_gpu;
+  lt::load_weights(from_gpu, state + ".cuda");
+  from_gpu.eval();
+  EXPECT_TRUE(torch::allclose(from_gpu.forward(expected.at("input").toTensor()), expected.at("output").toTensor(),
+                              1e-6, 1e-6));
   // An OrderedDict (torch.save(model.state_dict())) gets a message with the fix.
   try {
     lt::load_weights(model, state + ".ordered");

@@ -5,7 +5,9 @@
                                               torch.save its state_dict back to <out>
   checkpoint_interop.py write <out_state> <out_io>
                                               build the reference net in PyTorch, torch.save its
-                                              state_dict and {input, output} for the C++ side
+                                              state_dict (also as an OrderedDict, <out_state>.ordered,
+                                              and as if from a GPU, <out_state>.cuda) and
+                                              {input, output} for the C++ side
   checkpoint_interop.py step <ckpt> <io> <out>
                                               load a checkpoint's weights and optimizer state into the
                                               reference net and torch.optim.Adam, take one step on
@@ -68,6 +70,13 @@ def write(state_path, io_path):
     # A plain dict: LibTorch 1.13's unpickler cannot read collections.OrderedDict.
     torch.save(dict(model.state_dict()), state_path)
     torch.save(model.state_dict(), state_path + ".ordered")
+    # As written from a GPU (its tensors' place cuda:0), made without one: torch.save asks location_tag.
+    location_tag = torch.serialization.location_tag
+    torch.serialization.location_tag = lambda storage: "cuda:0"
+    try:
+        torch.save(dict(model.state_dict()), state_path + ".cuda")
+    finally:
+        torch.serialization.location_tag = location_tag
     torch.save({"input": x, "output": y}, io_path)
 
 

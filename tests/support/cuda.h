@@ -4,6 +4,7 @@
 // a GPU machine; without a GPU it skips.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
 
 #include <torch/cuda.h>
@@ -30,6 +31,15 @@ inline WorkerOptions sharing_one_gpu(int ranks, WorkerOptions options) {
     options.rank_env[r]["GROUP_RANK"] = std::to_string(r);
   }
   return options;
+}
+
+// Runs `worker` on `ranks` processes sharing the one GPU; a gtest failure
+// unless every rank passes.
+inline void expect_workers_pass_on_one_gpu(const std::string& worker, int ranks, std::chrono::seconds timeout,
+                                           WorkerOptions options = {}) {
+  options.timeout = timeout;
+  const WorkersResult r = run_workers(worker, ranks, sharing_one_gpu(ranks, options));
+  EXPECT_TRUE(r.ok()) << r.summary();
 }
 
 }  // namespace lt::testing

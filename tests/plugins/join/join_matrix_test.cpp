@@ -197,16 +197,10 @@ TEST(JoinMatrix, TestOnlyFlatAllreduceStrategyOnTwoAndThreeRanks) {
 // oracle fixtures.
 TEST(CudaJoinMatrix, TwoRanksSharingTheGpu) {
   LT_SKIP_WITHOUT_CUDA();
-  WorkerOptions options;
-  options.timeout = std::chrono::seconds(180);
-  auto r = run_workers("JoinMatrix", 2, sharing_one_gpu(2, options));
-  EXPECT_TRUE(r.ok()) << r.summary();
+  expect_workers_pass_on_one_gpu("JoinMatrix", 2, std::chrono::seconds(180));
 }
 
 TEST(CudaJoinLockstep, StatefulOptimizersOnTwoRanksSharingTheGpu) {
   LT_SKIP_WITHOUT_CUDA();
-  WorkerOptions options;
-  options.timeout = std::chrono::seconds(240);
-  auto r = run_workers("JoinLockstepMatrix", 2, sharing_one_gpu(2, options));
-  EXPECT_TRUE(r.ok()) << r.summary();
+  expect_workers_pass_on_one_gpu("JoinLockstepMatrix", 2, std::chrono::seconds(240));
 }

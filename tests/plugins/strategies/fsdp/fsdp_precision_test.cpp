@@ -60,8 +60,5 @@ TEST(FsdpPrecision, ANonFiniteGradientInOneRanksShardSkipsTheStepOnEveryRank) {
 // The same on CUDA (16-mixed's own device), two ranks sharing the one GPU over Gloo.
 TEST(CudaFsdpPrecision, ANonFiniteGradientInOneRanksShardSkipsTheStepOnEveryRank) {
   LT_SKIP_WITHOUT_CUDA();
-  WorkerOptions options;
-  options.timeout = std::chrono::seconds(90);
-  auto r = run_workers("FsdpScalerAgrees", 2, sharing_one_gpu(2, options));
-  EXPECT_TRUE(r.ok()) << r.summary();
+  expect_workers_pass_on_one_gpu("FsdpScalerAgrees", 2, std::chrono::seconds(90));
 }
