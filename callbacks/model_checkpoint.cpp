@@ -212,9 +212,19 @@ void ModelCheckpoint::save_topk(Trainer& trainer, const std::map<std::string, do
   if (it == candidates.end()) {
     std::string keys;
     for (const auto& kv : candidates) keys += (keys.empty() ? "" : ", ") + kv.first;
-    throw ValueError(c10::str("ModelCheckpoint(monitor='", options_.monitor(),
-                              "') could not find the monitored key in the logged metrics: ", keys,
-                              ". Did you call log('", options_.monitor(), "', value) in the LightningModule?"));
+    const std::string what =
+        c10::str("ModelCheckpoint(monitor='", options_.monitor(), "') could not find the monitored key in the logged ",
+                 "metrics: ", keys.empty() ? "(none)" : keys, ". Did you call log('", options_.monitor(),
+                 "', value) in the LightningModule?");
+    // As Lightning: before the first validation a key logged there cannot exist yet, so the save is skipped
+    // (top-k; last is still saved) with a warning, once; after one, the key is missing for good.
+    if (trainer.state().validations_run > 0) throw ValueError(what);
+    if (!warned_missing_monitor_) {
+      warned_missing_monitor_ = true;
+      rank_zero_warn(what, " No top-k checkpoint is saved until it is logged (global step ", trainer.global_step(),
+                     ", before the first validation)");
+    }
+    return;
   }
   save_monitored(trainer, candidates, it->second);
 }

@@ -96,6 +96,7 @@ class ModelCheckpoint : public Callback {
   std::optional<double> best_model_score_;
   std::string last_model_path_;
   int64_t last_global_step_saved_ = -1;
+  bool warned_missing_monitor_ = false;  // the monitored key not yet logged: warned once
 };
 
 }  // namespace lt

@@ -11,4 +11,9 @@ std::string error_message(const std::exception& e) {
   return what;
 }
 
+std::string count_of(int64_t n, const std::string& noun) {
+  const bool es = !noun.empty() && noun.back() == 's';  // "process": "processes"
+  return std::to_string(n) + " " + noun + (n == 1 ? "" : es ? "es" : "s");
+}
+
 }  // namespace lt

@@ -7,6 +7,7 @@
 //   LT_INTERNAL_ASSERT: an invariant of lightning-cpp itself; failing it is
 //     our bug, and the message names the condition and the source location.
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -28,6 +29,11 @@ class ValueError : public Error {
 // An exception's message for a user: a c10::Error's without its C++
 // backtrace, trailing whitespace trimmed.
 std::string error_message(const std::exception& e);
+
+// `n` and `noun`, the noun plural unless n is 1, for messages:
+// count_of(1, "rank") is "1 rank", count_of(2, "rank") "2 ranks",
+// count_of(2, "worker process") "2 worker processes".
+std::string count_of(int64_t n, const std::string& noun);
 
 }  // namespace lt
 

@@ -30,6 +30,9 @@ struct RunState {
   bool should_stop = false;
   int interrupted_by = 0;  // the signal that stopped the run, if any (core/signals.h)
   bool sanity_checking = false;
+  // Validation loops this fit has run (the sanity check not counted):
+  // ModelCheckpoint's monitor may be missing until one has, as in Lightning.
+  int64_t validations_run = 0;
   // True from the end of the epoch loop until current_epoch is advanced: a
   // checkpoint written then resumes at the next epoch.
   bool epoch_ended = false;

@@ -289,16 +289,17 @@ void resume_epoch_samples(DataLoader& loader, const StateDict& ckpt, const std::
   // dealt where it was dealt after an earlier resume (its record's "dealt").
   const bool dealt = samples.isGenericDict() && samples.toGenericDict().contains("dealt");
   if (same_world && !dealt) return;
-  LT_CHECK_VALUE(samples.isGenericDict(), "checkpoint '", path, "' was written mid-epoch by ", saved_world,
-                 " ranks and this run has ", world, ", but it records no samples of epoch ", state.current_epoch,
+  LT_CHECK_VALUE(samples.isGenericDict(), "checkpoint '", path, "' was written mid-epoch by ",
+                 count_of(saved_world, "rank"), " and this run has ", world, ", but it records no samples of epoch ", state.current_epoch,
                  " (its run's training data was a stream of unknown length, each rank's own data as given, or had a ",
                  "sampler or batch sampler of its own), so what is left of the epoch is not known; resume on ",
-                 saved_world, " ranks, or from a checkpoint of an epoch's end");
+                 count_of(saved_world, "rank"), ", or from a checkpoint of an epoch's end");
   const StateDict record = samples.toGenericDict();
   const std::string why = not_dealt(loader, world);
-  LT_CHECK_VALUE(why.empty(), "checkpoint '", path, "' was written mid-epoch by ", saved_world, " ranks and this run has ",
-                 world, ", but ", why, ", so the samples left of epoch ", state.current_epoch,
-                 " cannot be dealt out again; resume on ", saved_world, " ranks, or from a checkpoint of an epoch's end");
+  LT_CHECK_VALUE(why.empty(), "checkpoint '", path, "' was written mid-epoch by ", count_of(saved_world, "rank"),
+                 " and this run has ", world, ", but ", why, ", so the samples left of epoch ", state.current_epoch,
+                 " cannot be dealt out again; resume on ", count_of(saved_world, "rank"),
+                 ", or from a checkpoint of an epoch's end");
   LT_CHECK_VALUE(loader.is_stream() == record.contains("rest"), "checkpoint '", path, "' records the samples of ",
                  record.contains("rest") ? "a stream" : "map-style data", " and this run's training data is ",
                  loader.is_stream() ? "a stream" : "map-style", "; resume with the same data");
@@ -307,10 +308,11 @@ void resume_epoch_samples(DataLoader& loader, const StateDict& ckpt, const std::
   if (same_world) return;  // the position in the dealt rest stands: bitwise the run that was not stopped
   state.resume_iteration = 0;
   const int64_t batch = loader.options().batch_size();
-  rank_zero_warn("resumed on ", world, " ranks from a checkpoint of ", saved_world, " ranks written mid-epoch ",
-                 state.current_epoch, " ('", path, "'): ", left, " are dealt out to the ", world,
-                 " ranks; the global batch is now ", world * batch * accumulate_grad_batches, " samples (it was ",
-                 saved_world * batch * accumulate_grad_batches, ": batch_size ", batch, " x accumulate_grad_batches ",
+  rank_zero_warn("resumed on ", count_of(world, "rank"), " from a checkpoint of ", count_of(saved_world, "rank"),
+                 " written mid-epoch ", state.current_epoch, " ('", path, "'): ", left, " are dealt out to the ",
+                 count_of(world, "rank"), "; the global batch is now ", world * batch * accumulate_grad_batches,
+                 " samples (it was ", saved_world * batch * accumulate_grad_batches, ": batch_size ", batch,
+                 " x accumulate_grad_batches ",
                  accumulate_grad_batches, " per rank, as configured)");
 }
 

@@ -26,6 +26,7 @@ void FitLoop::sanity_check(LoopContext& ctx, DataLoader* val) {
 void FitLoop::run(LoopContext& ctx, DataLoader& train, DataLoader* val) {
   ctx.state.stage = Stage::kTrain;
   sanity_check(ctx, val);
+  ctx.state.validations_run = 0;
   ctx.state.callback_metrics.clear();
   ctx.state.progress_bar_metrics.clear();
   ctx.hooks.call(&Callback::on_train_start);

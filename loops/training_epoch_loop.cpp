@@ -45,6 +45,7 @@ void TrainingEpochLoop::run_validation(LoopContext& ctx, DataLoader& val) {
   const int64_t limit = val.limited_size(ctx.options.limit_val_batches(), "limit_val_batches");
   if (limit <= 0 || !ctx.module.has_validation_step()) return;
   val_loop_->run(ctx, val, Stage::kValidate, limit);
+  ++ctx.state.validations_run;
 }
 
 // One epoch's run of the loop: its state between iterations, and what the

@@ -68,7 +68,9 @@ REPORT=${OUT:-$ROOT/build-gpu/report}
 BUILD=$ROOT/build-gpu
 mkdir -p "$REPORT" "$BUILD"
 MD=$REPORT/report.md
-export PATH=$VENV/bin:$PATH
+export PATH=$VENV/bin:$PATH  # its cmake and ninja (pip's) on the GPU machine
+# The carried CMake files name policy ranges from 2.6; a CMake 4 from pip takes them with this.
+export CMAKE_POLICY_VERSION_MINIMUM=3.5
 started=$(date +%s)
 say() { echo "$*" | tee -a "$MD"; }
 phase() {  # phase NAME LIMIT_S LOG COMMAND...: runs it bounded, appends how it ended to the report

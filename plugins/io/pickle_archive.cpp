@@ -20,12 +20,6 @@ namespace lt::detail {
 
 namespace {
 
-// `value` with each list of ints, floats, bools or tensors made a generic
-// list (the pickler writes those as plain pickle lists; the typed ones as a
-// torch.jit._pickle.build_*list call) and each tensor what `tensor` makes
-// of it (itself, or a placeholder); tensors are shared, not copied, and a
-// container without lists or replaced tensors in it is `value` itself (the
-// pickle is then byte for byte what LibTorch's writer makes of it, untagged).
 // Tensors off the CPU (a GPU's), keyed by the CPU placeholder that stands
 // for each one's storage in the pickle.
 using OffCpu = std::unordered_map<const c10::StorageImpl*, torch::Tensor>;
@@ -50,8 +44,17 @@ torch::Tensor storage_on_cpu(const torch::Tensor& t) {
   return torch::empty({0}, t.options()).set_(t.storage(), 0, {n}, {1}).to(torch::kCPU);
 }
 
-c10::IValue plain_lists(const c10::IValue& value, const std::function<c10::IValue(const torch::Tensor&)>& tensor) {
-  if (value.isTensor()) return tensor(value.toTensor());
+// `value` with each list of ints, floats, bools or tensors made a generic
+// list (the pickler writes those as plain pickle lists; the typed ones as a
+// torch.jit._pickle.build_*list call) and each tensor what `tensor` makes
+// of it (itself, or a placeholder); tensors are shared, not copied, and a
+// container without lists or replaced tensors in it is `value` itself (the
+// pickle is then byte for byte what LibTorch's writer makes of it, untagged).
+c10::IValue plain_lists(const c10::IValue& value, const std::function<torch::Tensor(const torch::Tensor&)>& tensor) {
+  if (value.isTensor()) {
+    torch::Tensor replaced = tensor(value.toTensor());
+    return replaced.is_same(value.toTensor()) ? value : c10::IValue(std::move(replaced));
+  }
   if (value.isList()) {
     c10::impl::GenericList out(c10::AnyType::get());
     for (const c10::IValue& item : value.toListRef()) out.push_back(plain_lists(item, tensor));
@@ -98,7 +101,7 @@ void write_archive(const c10::IValue& value, const ByteSink& sink, const Deferre
   // written), so the file loads on any machine, as after .cpu().
   OffCpu off_cpu;
   std::unordered_map<const c10::StorageImpl*, torch::Tensor> by_storage;
-  auto portable = [&](const torch::Tensor& t) -> c10::IValue {
+  auto portable = [&](const torch::Tensor& t) -> torch::Tensor {
     const bool off = t.defined() && t.has_storage() && !t.is_cpu() && !t.is_meta() && t.storage().nbytes() > 0;
     return off ? cpu_placeholder(t, off_cpu, by_storage) : t;
   };

@@ -246,13 +246,12 @@ void supervise_local_spawn(int64_t num_processes, const LocalSpawnOptions& optio
   std::fflush(stdout);
   std::cout.flush();
   if (one_node) {
-    std::fprintf(stderr, "lightning-cpp: strategy ddp: launching %lld worker processes (store %s/store)\n",
-                 static_cast<long long>(num_processes), store_dir.c_str());
+    std::fprintf(stderr, "lightning-cpp: %s: launching %s (store %s/store)\n", options.who.c_str(),
+                 count_of(num_processes, "worker process").c_str(), store_dir.c_str());
   } else {
-    std::fprintf(stderr,
-                 "lightning-cpp: strategy ddp: node %lld of %lld: launching %lld worker processes (store %s:%d)\n",
+    std::fprintf(stderr, "lightning-cpp: %s: node %lld of %lld: launching %s (store %s:%d)\n", options.who.c_str(),
                  static_cast<long long>(options.node_rank), static_cast<long long>(options.num_nodes),
-                 static_cast<long long>(num_processes), options.main_address.c_str(), port);
+                 count_of(num_processes, "worker process").c_str(), options.main_address.c_str(), port);
   }
   std::fflush(stderr);
   LaunchOptions launch;

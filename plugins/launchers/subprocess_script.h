@@ -68,6 +68,8 @@ struct LocalSpawnOptions {
   int64_t node_rank = 0;
   std::string main_address;
   int main_port = 0;
+  // Who launches, as the launch line names it ("strategy fsdp").
+  std::string who = "strategy ddp";
 };
 
 // The supervisor of a local spawn (`devices: N` with no cluster launcher):

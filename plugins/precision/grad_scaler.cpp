@@ -68,8 +68,8 @@ bool GradScaler::unscale(torch::optim::Optimizer& optimizer) {
       if (grad.defined()) groups[{grad.device().str(), grad.scalar_type()}].push_back(grad);
     }
   }
-  if (groups.empty()) return true;
-  to(groups.begin()->second.front().device());
+  if (groups.empty() && !reduce_found_inf_) return true;
+  if (!groups.empty()) to(groups.begin()->second.front().device());
   // As PyTorch: the reciprocal in double, applied as a float32 tensor.
   const torch::Tensor inv_scale = scale_.to(torch::kDouble).reciprocal().to(torch::kFloat);
   torch::Tensor found = torch::zeros_like(found_inf_);
@@ -82,6 +82,7 @@ bool GradScaler::unscale(torch::optim::Optimizer& optimizer) {
       found = torch::maximum(found, there.to(found.device()));
     }
   }
+  // Where it is set every rank reduces, one without gradients too: the collective is matched.
   if (reduce_found_inf_) found = reduce_found_inf_(found).to(found_inf_.device());
   found_inf_ = torch::maximum(found_inf_, found);
   return found.item<float>() == 0.0f;  // the one host read: whether the optimizer steps

@@ -90,6 +90,7 @@ std::unique_ptr<Launcher> ParallelStrategy::configure_launcher(const TrainerOpti
   spawn.node_rank = nodes.node_rank;
   spawn.main_address = nodes.main_address;
   spawn.main_port = nodes.main_port;
+  spawn.who = who();
   return std::make_unique<SubprocessScriptLauncher>(options.devices(), std::move(spawn));
 }
 

@@ -110,6 +110,41 @@ TEST_F(CallbacksTest, ModelCheckpointEveryNTrainSteps) {
   EXPECT_EQ(files(d), (std::vector<std::string>{"epoch=0-step=3.ckpt", "epoch=1-step=6.ckpt"}));
 }
 
+// A monitored key logged in validation does not exist before the first
+// validation: as Lightning, the top-k save is skipped then, with one warning
+// (4 steps an epoch, saves every 2: steps 2 and 4 come before epoch 0's
+// validation). After a validation, a key still missing is an error.
+TEST_F(CallbacksTest, ModelCheckpointSkipsAMonitorNotLoggedBeforeTheFirstValidation) {
+  const fs::path d = dir_ / "steps";
+  auto mc = std::make_shared<lt::ModelCheckpoint>(lt::ModelCheckpointOptions()
+                                                      .dirpath(d.string())
+                                                      .monitor("val_loss")
+                                                      .every_n_train_steps(2)
+                                                      .save_top_k(-1));
+  lt::Trainer trainer(options(2).callbacks({mc}));
+  testing::internal::CaptureStderr();
+  trainer.fit(std::make_shared<ScriptedModule>(std::vector<double>{5, 3}), loader(), loader());
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(files(d), (std::vector<std::string>{"epoch=1-step=6.ckpt", "epoch=1-step=8.ckpt"}));
+  size_t warnings = 0;
+  for (size_t at = err.find("could not find the monitored key"); at != std::string::npos;
+       at = err.find("could not find the monitored key", at + 1)) {
+    ++warnings;
+  }
+  EXPECT_EQ(warnings, 1u) << err;
+  auto never = std::make_shared<lt::ModelCheckpoint>(
+      lt::ModelCheckpointOptions().dirpath((dir_ / "never").string()).monitor("nope").every_n_train_steps(2));
+  lt::Trainer failing(options(2).callbacks({never}));
+  try {
+    failing.fit(std::make_shared<ScriptedModule>(std::vector<double>{5, 3}), loader(), loader());
+    FAIL() << "a monitored key missing after a validation";
+  } catch (const lt::ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("ModelCheckpoint(monitor='nope') could not find the monitored key"),
+              std::string::npos) << e.what();
+    EXPECT_EQ(failing.global_step(), 6) << "the first save after epoch 0's validation";
+  }
+}
+
 TEST_F(CallbacksTest, ModelCheckpointFileNames) {
   const std::map<std::string, double> m{{"epoch", 3}, {"step", 120}, {"val_loss", 0.4242}, {"val/acc", 0.5}};
   lt::ModelCheckpoint a(lt::ModelCheckpointOptions().filename("{epoch:02d}-{val_loss:.2f}"));

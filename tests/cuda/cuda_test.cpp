@@ -106,7 +106,7 @@ TEST(CudaTrainer, ACheckpointFromTheGpuResumesOnTheGpuAndOnTheCpu) {
   caffe2::serialize::PyTorchStreamReader reader(path);
   const auto [pickle, size] = reader.getRecord("data.pkl");
   const std::string text(static_cast<const char*>(pickle.get()), size);
-  EXPECT_EQ(text.find("cuda"), std::string::npos) << "a tensor placed on a GPU in the checkpoint's pickle";
+  EXPECT_EQ(text.find("cuda:"), std::string::npos) << "a tensor placed on a GPU in the checkpoint's pickle";
   EXPECT_NE(text.find("cpu"), std::string::npos);
   auto resume = [&](const std::string& accelerator) {
     auto model = std::make_shared<Regressor>();

@@ -19,6 +19,7 @@
 #include <lightning_cpp/callbacks/model_checkpoint.h>
 #include <lightning_cpp/plugins/launchers/subprocess_script.h>
 #include <lightning_cpp/plugins/strategies/ddp/ddp.h>
+#include <lightning_cpp/plugins/strategies/fsdp/fsdp.h>
 #include <lightning_cpp/trainer/trainer.h>
 
 #include "plugins/strategies/ddp/ddp_fixture.h"
@@ -49,12 +50,17 @@ LT_TEST_WORKER(LocalSpawn) {
   net->crash_rank = crash_rank;
   auto data = make_data(64);
   const std::string dir = env_str("LT_OUT");
+  std::shared_ptr<lt::Strategy> strategy;
+  if (env_str("LT_STRATEGY") == "fsdp") {
+    strategy = std::make_shared<lt::FSDPStrategy>(lt::FSDPStrategyOptions().process_group_timeout(std::chrono::seconds(60)));
+  } else {
+    strategy = std::make_shared<lt::DDPStrategy>(lt::DDPStrategyOptions()
+                                                     .process_group_timeout(std::chrono::seconds(60))
+                                                     .worker_log_dir(env_str("LT_WORKER_LOG_DIR")));
+  }
   lt::Trainer trainer(lt::TrainerOptions()
                           .devices(devices)
-                          .strategy(std::make_shared<lt::DDPStrategy>(
-                              lt::DDPStrategyOptions()
-                                  .process_group_timeout(std::chrono::seconds(60))
-                                  .worker_log_dir(env_str("LT_WORKER_LOG_DIR"))))
+                          .strategy(strategy)
                           .max_epochs(2)
                           .enable_progress_bar(false)
                           .default_root_dir(dir));
@@ -107,15 +113,21 @@ bool process_alive(pid_t pid) { return ::kill(pid, 0) == 0; }
 
 }  // namespace
 
+// The launch line names the strategy that launches (ddp, and fsdp: it said
+// "strategy ddp" for both).
 TEST(LocalSpawn, SupervisorLaunchesWorkersAndExitsZero) {
-  const std::string dir = out_dir("spawn_ok");
-  auto r = run_supervisor(dir, {{"LT_DEVICES", "2"}});
-  EXPECT_TRUE(r.exit.ok()) << r.exit.describe() << "\n" << r.output;
-  if (r.exit.ok()) {
-    auto p0 = load_tensors(dir + "/rank0.pt"), p1 = load_tensors(dir + "/rank1.pt");
-    expect_equal(p0, p1, "local spawn rank 1 vs rank 0");
+  for (const std::string strategy : {"ddp", "fsdp"}) {
+    const std::string dir = out_dir("spawn_ok_" + strategy);
+    auto r = run_supervisor(dir, {{"LT_DEVICES", "2"}, {"LT_STRATEGY", strategy}});
+    EXPECT_TRUE(r.exit.ok()) << r.exit.describe() << "\n" << r.output;
+    EXPECT_NE(r.output.find("lightning-cpp: strategy " + strategy + ": launching 2 worker processes"),
+              std::string::npos) << r.output;
+    if (r.exit.ok()) {
+      auto p0 = load_tensors(dir + "/rank0.pt"), p1 = load_tensors(dir + "/rank1.pt");
+      expect_equal(p0, p1, "local spawn rank 1 vs rank 0 (" + strategy + ")");
+    }
+    std::filesystem::remove_all(dir);
   }
-  std::filesystem::remove_all(dir);
 }
 
 // A worker_log_dir that cannot be created fails the launch naming it, and
