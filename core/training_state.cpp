@@ -12,6 +12,14 @@ namespace lt {
 
 namespace {
 std::string optimizer_key(size_t i) { return i == 0 ? std::string("optimizer") : c10::str("optimizer_", i); }
+
+StateDict hparams_state(const HParams& hparams) {
+  StateDict out = new_state_dict();
+  for (const auto& [k, v] : hparams) {
+    std::visit([&, key = k](const auto& value) { out.insert(key, value); }, v.value());
+  }
+  return out;
+}
 }  // namespace
 
 void dump_training_state(StateDict& ckpt, Strategy& strategy, LightningModule& module, const OptimizerConfig& optim,
@@ -40,11 +48,8 @@ void dump_training_state(StateDict& ckpt, Strategy& strategy, LightningModule& m
   if (extras.epoch_samples) ckpt.insert("epoch_samples", *extras.epoch_samples);
   ckpt.insert("callbacks", extras.callbacks ? *extras.callbacks : new_state_dict());
   if (extras.logger) ckpt.insert("logger", *extras.logger);
-  StateDict hparams = new_state_dict();
-  for (const auto& [k, v] : module.hparams()) {
-    std::visit([&, key = k](const auto& value) { hparams.insert(key, value); }, v.value());
-  }
-  ckpt.insert("hparams", hparams);
+  ckpt.insert("hparams", hparams_state(module.hparams()));
+  if (extras.datamodule_hparams) ckpt.insert("datamodule_hparams", hparams_state(*extras.datamodule_hparams));
   // Written at a train epoch end (ModelCheckpoint), the checkpoint precedes the
   // fit loop's per-epoch scheduler step; the resumed run takes that step on restore.
   const bool pending = extras.steps_epoch_scheduler && state.epoch_ended && optim.lr_scheduler != nullptr &&

@@ -44,6 +44,9 @@ struct CheckpointExtras {
   std::optional<StateDict> callbacks;
   // Logger::state_dict (rank 0's).
   std::optional<StateDict> logger;
+  // The DataModule's hyper-parameters (the Trainer's fit with one), beside
+  // the module's "hparams" (Lightning's datamodule_hyper_parameters).
+  std::optional<HParams> datamodule_hparams;
   // The driver steps an epoch-interval scheduler at each epoch's end (the
   // Trainer's fit loop; under Fabric the user steps it): a checkpoint written
   // at an epoch's end then precedes that step ("lr_scheduler_epoch_step_pending").
@@ -54,7 +57,8 @@ struct CheckpointExtras {
 // state_dict, epoch, epoch_finished, global_step, world_size, epoch_iteration
 // (mid-epoch of a training run), optimizer[_i], lr_scheduler, the precision's
 // state, lightning_cpp_version, rng_states, then `extras`' (epoch_samples,
-// callbacks, logger), hparams and lr_scheduler_epoch_step_pending. Entries
+// callbacks, logger), hparams, datamodule_hparams (from `extras`) and
+// lr_scheduler_epoch_step_pending. Entries
 // already in `ckpt` stay. Every rank calls it (collectives).
 void dump_training_state(StateDict& ckpt, Strategy& strategy, LightningModule& module, const OptimizerConfig& optim,
                          const RunState& state, const CheckpointExtras& extras = {});

@@ -13,7 +13,10 @@ namespace lt {
 StateDict Trainer::dump_checkpoint() {
   LT_CHECK(module_ != nullptr, "Trainer::dump_checkpoint: no module is attached (call it during a run)");
   CheckpointExtras extras;
-  if (fit_loader_ != nullptr) extras.epoch_samples = epoch_samples_state(*fit_loader_, state_, *strategy_);
+  if (fit_loader_ != nullptr) {
+    extras.epoch_samples = epoch_samples_state(*fit_loader_, state_, *strategy_);
+    if (!fit_datamodule_hparams_.empty()) extras.datamodule_hparams = fit_datamodule_hparams_;
+  }
   extras.callbacks = new_state_dict();
   for (const auto& cb : options_.callbacks()) extras.callbacks->insert(cb->state_key(), cb->state_dict());
   if (const auto& logger = options_.logger(); logger && strategy_->is_global_zero()) {

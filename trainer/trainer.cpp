@@ -351,6 +351,7 @@ void Trainer::fit_stage(const std::shared_ptr<LightningModule>& module, const st
     LT_CHECK(train != nullptr, "Trainer::fit: no training data (train_dataloader() returned null)");
     // On every rank, before anything runs: a clash is everyone's error, not only the logging rank's.
     const HParams hparams = merged_hparams(module->hparams(), run_data.hparams);
+    fit_datamodule_hparams_ = run_data.hparams;
     LoopContext& ctx = run.ctx;
     prepare_loader(train, Stage::kTrain);
     prepare_loader(val, Stage::kValidate);

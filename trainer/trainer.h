@@ -172,6 +172,7 @@ class Trainer {
   // fit's training data while fit runs (its failure path included): which
   // samples of the epoch a checkpoint's run trained (data/epoch_samples.h).
   std::shared_ptr<DataLoader> fit_loader_;
+  HParams fit_datamodule_hparams_;  // fit's DataModule's, while fit_loader_ is set
   std::map<Stage, ResultCollection> results_;
   std::shared_ptr<FitLoop> fit_loop_;
   std::shared_ptr<EvaluationLoop> evaluation_loop_;

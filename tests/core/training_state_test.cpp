@@ -82,12 +82,14 @@ TEST(TrainingState, TheTrainersExtrasAndThePendingSchedulerStep) {
   extras.callbacks = lt::new_state_dict();
   extras.callbacks->insert("EarlyStopping{}", lt::new_state_dict());
   extras.logger = lt::new_state_dict();
+  extras.datamodule_hparams = lt::HParams{{"root", "/data"}};
   extras.steps_epoch_scheduler = true;
   const lt::StateDict ckpt = run.dump(extras);
   EXPECT_EQ(keys(ckpt), (std::vector<std::string>{"state_dict", "epoch", "epoch_finished", "global_step",
                                                    "world_size", "optimizer", "lr_scheduler", "lightning_cpp_version",
                                                    "rng_states", "epoch_samples", "callbacks", "logger", "hparams",
-                                                   "lr_scheduler_epoch_step_pending"}));
+                                                   "datamodule_hparams", "lr_scheduler_epoch_step_pending"}));
+  EXPECT_EQ(ckpt.at("datamodule_hparams").toGenericDict().at("root").toStringRef(), "/data");
   EXPECT_TRUE(ckpt.at("callbacks").toGenericDict().contains("EarlyStopping{}"));
   EXPECT_TRUE(ckpt.at("lr_scheduler_epoch_step_pending").toBool());
   // Mid-epoch: where the epoch is, and no step pending.

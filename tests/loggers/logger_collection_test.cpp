@@ -13,9 +13,11 @@
 #include <map>
 #include <sstream>
 
+#include <lightning_cpp/callbacks/model_checkpoint.h>
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/loggers/console.h>
 #include <lightning_cpp/loggers/csv.h>
+#include <lightning_cpp/plugins/io/torch_plugin.h>
 #include <lightning_cpp/trainer/trainer.h>
 
 #include "callbacks/callbacks_fixture.h"
@@ -80,9 +82,14 @@ TEST_F(CallbacksTest, TheDataModulesHparamsAreLoggedWithTheModules) {
     return m;
   };
   auto csv = std::make_shared<lt::CSVLogger>(lt::CSVLoggerOptions(dir_.string()));
-  lt::Trainer trainer(options(1).logger(csv));
+  auto checkpoint = std::make_shared<lt::ModelCheckpoint>(lt::ModelCheckpointOptions().dirpath((dir_ / "ckpt").string()));
+  lt::Trainer trainer(options(1).logger(csv).callbacks({checkpoint}));
   trainer.fit(module(), std::make_shared<Data>(lt::HParams{{"batch_size", 2}, {"root", "/data"}}));
   EXPECT_EQ(lt::testing::read_file(fs::path(csv->log_dir()) / "hparams.yaml"), "batch_size: 2\nlr: 0.1\nroot: /data\n");
+  // The checkpoint keeps both, each under its own key (Lightning's hyper_parameters, datamodule_hyper_parameters).
+  const auto saved = lt::pickle_load_file(checkpoint->best_model_path()).toGenericDict();
+  EXPECT_EQ(saved.at("hparams").toGenericDict().size(), 2u);
+  EXPECT_EQ(saved.at("datamodule_hparams").toGenericDict().at("root").toStringRef(), "/data");
   lt::Trainer clash(options(1).logger(std::make_shared<lt::CSVLogger>(lt::CSVLoggerOptions(dir_.string()))));
   try {
     clash.fit(module(), std::make_shared<Data>(lt::HParams{{"batch_size", 8}}));
