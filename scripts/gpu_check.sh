@@ -85,7 +85,11 @@ phase() {  # phase NAME LIMIT_S LOG COMMAND...: runs it bounded, appends how it 
 : >"$MD"
 say "# GPU check, $(date -u '+%Y-%m-%d %H:%M UTC')$([[ $DRY == 1 ]] && echo ' (dry run)')"
 say ""
-say "- commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with changes)')"
+if commit=$(git rev-parse --short HEAD 2>/dev/null); then
+  say "- commit: $commit$(git diff --quiet 2>/dev/null || echo ' (with changes)')"
+else
+  say "- commit: unknown (no git repository here)"
+fi
 say "- GPU: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo none)"
 say "- CPU: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 say "- torch: $("$VENV/bin/python" -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "devices", torch.cuda.device_count())' 2>&1 | tail -1)"
