@@ -14,8 +14,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-DATA = sys.argv[1] if len(sys.argv) > 1 else "/usr/share/datasets/fashion-mnist"
-EPOCHS = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+DATA = "/usr/share/datasets/fashion-mnist"
+EPOCHS = 3
 
 
 def read_idx(path):
@@ -79,4 +79,8 @@ def main():
 
 
 if __name__ == "__main__":
+    if len(sys.argv) > 1:
+        DATA = sys.argv[1]
+    if len(sys.argv) > 2:
+        EPOCHS = int(sys.argv[2])
     main()

@@ -11,13 +11,16 @@ the first training batch to the end of the last epoch, the device synchronized. 
 "steps/s <rate> train_s <seconds> accuracy <test accuracy>".
 """
 import argparse
-import gzip
+import os
+import sys
 import time
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "example"))
+from fashion_mnist_loop import read_idx  # noqa: E402 (the example's loader of the idx files)
 
 
 def arguments():
@@ -28,14 +31,6 @@ def arguments():
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     return p.parse_args()
-
-
-def read_idx(path):
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    dims = data[3]
-    shape = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(dims)]
-    return torch.from_numpy(np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape).copy())
 
 
 def load(a, train):
