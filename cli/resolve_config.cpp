@@ -64,8 +64,8 @@ ConfigNode resolve_class(const ConfigNode& node, const std::string& path, const 
     init_args = node.find("init_args");
     if (class_path == nullptr) {
       fail(node.source, join_path(path, "class_path"),
-           c10::str("missing; name the ", kind, " (registered ", kind == "strategy" ? std::string("strategies") : kind + "s",
-                    ": ", c10::Join(", ", registry.names<T>()), ")"));
+           c10::str("missing; name the ", kind, " (registered ", plural(kind), ": ", c10::Join(", ", registry.names<T>()),
+                    ")"));
     }
   } else {
     fail(node.source, path, c10::str("expected a ", kind, " name or {class_path, init_args}, got ", node.describe()));

@@ -11,9 +11,15 @@ std::string error_message(const std::exception& e) {
   return what;
 }
 
+std::string plural(const std::string& noun) {
+  if (noun.empty()) return noun;
+  if (noun.back() == 's') return noun + "es";
+  if (noun.back() == 'y') return noun.substr(0, noun.size() - 1) + "ies";
+  return noun + "s";
+}
+
 std::string count_of(int64_t n, const std::string& noun) {
-  const bool es = !noun.empty() && noun.back() == 's';  // "process": "processes"
-  return std::to_string(n) + " " + noun + (n == 1 ? "" : es ? "es" : "s");
+  return std::to_string(n) + " " + (n == 1 ? noun : plural(noun));
 }
 
 }  // namespace lt

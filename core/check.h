@@ -30,9 +30,11 @@ class ValueError : public Error {
 // backtrace, trailing whitespace trimmed.
 std::string error_message(const std::exception& e);
 
-// `n` and `noun`, the noun plural unless n is 1, for messages:
-// count_of(1, "rank") is "1 rank", count_of(2, "rank") "2 ranks",
-// count_of(2, "worker process") "2 worker processes".
+// The plural of an English noun, for messages: "rank" -> "ranks",
+// "process" -> "processes", "strategy" -> "strategies".
+std::string plural(const std::string& noun);
+// `n` and `noun`, the noun plural unless n is 1: count_of(1, "rank") is
+// "1 rank", count_of(2, "worker process") "2 worker processes".
 std::string count_of(int64_t n, const std::string& noun);
 
 }  // namespace lt

@@ -248,8 +248,8 @@ std::string Registry::unknown_name_message(const std::string& kind, const std::s
   std::string msg = c10::str("unknown ", kind, " '", name, "'");
   const std::string guess = did_you_mean(name, known);
   if (!guess.empty()) msg += c10::str("; did you mean '", guess, "'?");
-  const std::string plural = !kind.empty() && kind.back() == 'y' ? kind.substr(0, kind.size() - 1) + "ies" : kind + "s";
-  msg += c10::str(" (registered ", plural, ": ", known.empty() ? std::string("none") : c10::Join(", ", known), ")");
+  msg += c10::str(" (registered ", plural(kind), ": ", known.empty() ? std::string("none") : c10::Join(", ", known),
+                  ")");
   return msg;
 }
 

@@ -34,7 +34,8 @@ Batch Strategy::batch_to_device(Batch batch) const {
   // From pinned memory (DataLoaderOptions::pin_memory) the copy is asynchronous: the host goes on while it runs on
   // the device's current stream, ahead of the step's kernels, and the caching host allocator keeps the pinned
   // block until it is done.
-  return batch.map([&](const torch::Tensor& t) { return t.to(device, /*non_blocking=*/device.is_cuda() && t.is_pinned()); });
+  return batch.map(
+      [&](const torch::Tensor& t) { return t.to(device, /*non_blocking=*/device.is_cuda() && t.is_pinned()); });
 }
 
 torch::Tensor Strategy::training_step(LightningModule& module, const Batch& batch, int64_t batch_idx) {

@@ -290,7 +290,8 @@ void resume_epoch_samples(DataLoader& loader, const StateDict& ckpt, const std::
   const bool dealt = samples.isGenericDict() && samples.toGenericDict().contains("dealt");
   if (same_world && !dealt) return;
   LT_CHECK_VALUE(samples.isGenericDict(), "checkpoint '", path, "' was written mid-epoch by ",
-                 count_of(saved_world, "rank"), " and this run has ", world, ", but it records no samples of epoch ", state.current_epoch,
+                 count_of(saved_world, "rank"), " and this run has ", world, ", but it records no samples of epoch ",
+                 state.current_epoch,
                  " (its run's training data was a stream of unknown length, each rank's own data as given, or had a ",
                  "sampler or batch sampler of its own), so what is left of the epoch is not known; resume on ",
                  count_of(saved_world, "rank"), ", or from a checkpoint of an epoch's end");

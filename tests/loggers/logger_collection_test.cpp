@@ -82,7 +82,8 @@ TEST_F(CallbacksTest, TheDataModulesHparamsAreLoggedWithTheModules) {
     return m;
   };
   auto csv = std::make_shared<lt::CSVLogger>(lt::CSVLoggerOptions(dir_.string()));
-  auto checkpoint = std::make_shared<lt::ModelCheckpoint>(lt::ModelCheckpointOptions().dirpath((dir_ / "ckpt").string()));
+  auto checkpoint =
+      std::make_shared<lt::ModelCheckpoint>(lt::ModelCheckpointOptions().dirpath((dir_ / "ckpt").string()));
   lt::Trainer trainer(options(1).logger(csv).callbacks({checkpoint}));
   trainer.fit(module(), std::make_shared<Data>(lt::HParams{{"batch_size", 2}, {"root", "/data"}}));
   EXPECT_EQ(lt::testing::read_file(fs::path(csv->log_dir()) / "hparams.yaml"), "batch_size: 2\nlr: 0.1\nroot: /data\n");

@@ -242,10 +242,9 @@ OptimizerConfig FSDPStrategy::setup_optimizers(LightningModule& module) {
   FlatShard* flat = flat_shard();
   // Each rank unscales its shards' gradients: a gradient scaler's verdict is
   // every rank's (PyTorch's ShardedGradScaler), so all skip a step or none.
-  precision().set_found_inf_reduction(
-      flat == nullptr ? nullptr : std::function<torch::Tensor(const torch::Tensor&)>([this](const torch::Tensor& found) {
-        return reduce(found, ReduceOp::kMax);
-      }));
+  std::function<torch::Tensor(const torch::Tensor&)> agree;
+  if (flat != nullptr) agree = [this](const torch::Tensor& found) { return reduce(found, ReduceOp::kMax); };
+  precision().set_found_inf_reduction(std::move(agree));
   if (flat == nullptr) return config;
   LT_CHECK_VALUE(config.optimizers.size() == 1, "strategy fsdp: ", sharding(), " shards one optimizer; ",
                  "configure_optimizers() returned ", config.optimizers.size(), " (use sharding_strategy NO_SHARD)");

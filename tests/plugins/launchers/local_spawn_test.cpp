@@ -52,7 +52,8 @@ LT_TEST_WORKER(LocalSpawn) {
   const std::string dir = env_str("LT_OUT");
   std::shared_ptr<lt::Strategy> strategy;
   if (env_str("LT_STRATEGY") == "fsdp") {
-    strategy = std::make_shared<lt::FSDPStrategy>(lt::FSDPStrategyOptions().process_group_timeout(std::chrono::seconds(60)));
+    strategy =
+        std::make_shared<lt::FSDPStrategy>(lt::FSDPStrategyOptions().process_group_timeout(std::chrono::seconds(60)));
   } else {
     strategy = std::make_shared<lt::DDPStrategy>(lt::DDPStrategyOptions()
                                                      .process_group_timeout(std::chrono::seconds(60))
