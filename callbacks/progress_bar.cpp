@@ -67,15 +67,18 @@ void ProgressBar::on_train_start(Trainer& trainer, LightningModule&) {
   max_epochs_ = trainer.options().resolved_max_epochs();
 }
 
-void ProgressBar::on_train_epoch_start(Trainer&, LightningModule&) {
+void ProgressBar::on_train_epoch_start(Trainer& trainer, LightningModule&) {
   epoch_start_ = Clock::now();
+  epoch_first_ = trainer.state().resume_iteration;  // a resumed epoch starts there (0 otherwise)
   last_draw_ = {};
   last_width_ = 0;
 }
 
 void ProgressBar::draw(const Trainer& trainer, int64_t done, int64_t total, bool final) {
   const double elapsed = std::chrono::duration<double>(Clock::now() - epoch_start_).count();
-  const double rate = elapsed > 0 ? static_cast<double>(done) / elapsed : 0.0;
+  // Batches run in this process: a resumed epoch's skipped ones are not.
+  const int64_t ran = std::max<int64_t>(done - epoch_first_, 0);
+  const double rate = elapsed > 0 ? static_cast<double>(ran) / elapsed : 0.0;
   const double eta = rate > 0 && total >= 0 ? static_cast<double>(total - done) / rate : -1.0;
   const std::string of = total >= 0 ? std::to_string(total) : "?";  // a stream of unknown length
   const std::string epoch =

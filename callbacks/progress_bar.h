@@ -63,6 +63,7 @@ class ProgressBar : public Callback {
   bool tty_ = false;
   bool enabled_ = true;
   Clock::time_point epoch_start_;
+  int64_t epoch_first_ = 0;  // the epoch's first iteration run here (a resumed epoch's is not 0)
   Clock::time_point last_draw_;
   size_t last_width_ = 0;
   int64_t max_epochs_ = -1;

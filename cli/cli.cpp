@@ -186,8 +186,9 @@ int run(const std::vector<std::string>& args, Registry& registry, std::ostream& 
       return execute(s.app->get_name(), s.configs, s.app->remaining(), s.plugins, s.print_config, registry, out);
     } catch (const Interrupted& e) {
       // Stopped on request: not a failure. Rank 0 says how to resume.
-      err << program << ": " << e.what() << "\n";
-      if (!e.checkpoint().empty() && rank_zero_env_rank() == 0) {
+      const bool resumable = !e.checkpoint().empty() && rank_zero_env_rank() == 0;
+      err << program << ": " << (resumable ? e.without_resume_hint() : std::string(e.what())) << "\n";
+      if (resumable) {
         err << program << ": to resume: " << program << " " << s.app->get_name();
         for (const auto& config : s.configs) err << " -c " << config;
         for (const auto& extra : s.app->remaining()) {
@@ -219,7 +220,8 @@ int run(const std::vector<std::string>& args, Registry& registry, std::ostream& 
 
 int main(int argc, char** argv, Registry& registry) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  const std::string program = argc > 0 ? fs::path(argv[0]).filename().string() : "lightning-cpp";
+  const std::string program = argc > 0 ? fs::path(argv[0]).filename().string() : program_name();
+  set_program_name(program);  // the library's messages begin with it
   return run(args, registry, std::cout, std::cerr, program);
 }
 

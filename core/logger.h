@@ -26,6 +26,11 @@ class Logger {
   // logger writes where that run wrote (CSVLogger: its newest version folder,
   // appended to) and the checkpoints are found there.
   virtual void continue_previous() {}
+  // This run resumes from `checkpoint`, a file's path: when it lies in one of
+  // this logger's version folders (a version not set by hand), the run goes
+  // on there, as continue_previous (a stop on request's interrupted.ckpt, a
+  // ModelCheckpoint's file). Called at the same point.
+  virtual void continue_version_of(const std::string& /*checkpoint*/) {}
   // In every checkpoint, under "logger"; a resumed run loads it (CSVLogger:
   // its metrics.csv is cut back to the rows it had at the checkpoint).
   virtual StateDict state_dict() const { return new_state_dict(); }

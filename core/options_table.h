@@ -17,7 +17,8 @@
 //     default read from a default-constructed struct and the doc, and
 //     LT_OPTION_READ sets the field from the validated init args;
 //   - in the constructor: LT_OPTION_CHECK throws lt::ValueError naming the
-//     option, its value and what is valid.
+//     option, its value and what is valid;
+//   - in a listing: LT_OPTION_SHOW adds each option's name and value.
 // How a C++ type is a YAML value is OptionCodec<T>'s: bool, int, int64_t,
 // double, std::string ("" is YAML's null where the default is ""), durations
 // (seconds as a float), FractionOrCount (an int or a float), enums with an
@@ -44,6 +45,9 @@
 #include <lightning_cpp/core/types.h>
 
 namespace lt {
+
+// Options by name, each value as YAML writes it (LT_OPTION_SHOW).
+using OptionValues = std::vector<std::pair<std::string, std::string>>;
 
 // A row's LT_OPTION_ALIAS: YAML's trainer.<name> is an alias of `key`.
 struct OptionAlias {
@@ -225,6 +229,13 @@ struct OptionCodec<E, std::enable_if_t<std::is_enum_v<E>>> {
   }
 #define LT_OPTION_CHECK(type, name, default_value, doc, choices, valid, valid_text) \
   LT_OPTION_WITH_CHECK(::lt::OptionCodec<type>, type, name, default_value, doc, choices, valid, valid_text)
+
+// With `values` (an lt::OptionValues) and `options` (the struct) in scope: each row's name and value as YAML
+// writes it (the ranks compare them before the first step).
+#define LT_OPTION_WITH_SHOW(codec, type, name, default_value, doc, choices, valid, valid_text) \
+  values.emplace_back(#name, codec::show(options.name()));
+#define LT_OPTION_SHOW(type, name, default_value, doc, choices, valid, valid_text) \
+  LT_OPTION_WITH_SHOW(::lt::OptionCodec<type>, type, name, default_value, doc, choices, valid, valid_text)
 
 // What a C++-only row is in the YAML modes.
 #define LT_CPP_OPTION_NONE(type, name, default_value)

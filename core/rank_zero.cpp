@@ -1,8 +1,11 @@
 #include <lightning_cpp/core/rank_zero.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <mutex>
 #include <set>
+#include <system_error>
+#include <utility>
 
 #include <lightning_cpp/core/env.h>
 
@@ -19,6 +22,26 @@ int64_t rank_zero_env_rank() {
     }
   }
   return 0;
+}
+
+namespace {
+std::mutex g_name_mutex;
+std::string g_program_name;  // guarded by g_name_mutex; empty: the executable's file name
+}  // namespace
+
+std::string program_name() {
+  std::lock_guard<std::mutex> lock(g_name_mutex);
+  if (g_program_name.empty()) {
+    std::error_code ec;
+    const std::string exe = std::filesystem::read_symlink("/proc/self/exe", ec).filename().string();
+    g_program_name = ec || exe.empty() ? "lightning-cpp" : exe;
+  }
+  return g_program_name;
+}
+
+void set_program_name(std::string name) {
+  std::lock_guard<std::mutex> lock(g_name_mutex);
+  g_program_name = std::move(name);
 }
 
 namespace {
@@ -57,7 +80,7 @@ void warn_message(const std::string& message) {
     g_warning_handler(message);
     return;
   }
-  std::fprintf(stderr, "lightning-cpp warning: %s\n", message.c_str());
+  std::fprintf(stderr, "%s warning: %s\n", program_name().c_str(), message.c_str());
   std::fflush(stderr);
 }
 

@@ -20,10 +20,17 @@ namespace lt {
 // This process's global rank as the environment tells it (0 when none does).
 int64_t rank_zero_env_rank();
 
+// The name the library's messages begin with: "<name>: ...", "<name>
+// warning: ...". The running program's file name (a user's own program is
+// named, not the library), unless set_program_name gave another; a program
+// whose workers are spawned gets the same name in each.
+std::string program_name();
+void set_program_name(std::string name);
+
 void rank_zero_info_message(const std::string& message);   // stdout, on rank 0
 void warn_message(const std::string& message);             // each text once, to the handler
 
-// Where warnings go: "lightning-cpp warning: <text>" on stderr, unless a
+// Where warnings go: "<program_name()> warning: <text>" on stderr, unless a
 // handler is set (a program's own logging, a test). Returns the previous one;
 // an empty handler restores stderr.
 using WarningHandler = std::function<void(const std::string& message)>;

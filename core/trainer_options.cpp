@@ -1,5 +1,7 @@
 #include <lightning_cpp/core/trainer_options.h>
 
+#include <set>
+
 #include <torch/cuda.h>
 
 #include <lightning_cpp/core/check.h>
@@ -23,6 +25,30 @@ c10::DeviceType TrainerOptions::device_type() const {
   if (accelerator_ == "auto") return torch::cuda::is_available() ? torch::kCUDA : torch::kCPU;
   LT_CHECK_VALUE(accelerator_ == "cpu", "trainer.accelerator must be one of cpu, cuda, auto; got '", accelerator_, "'");
   return torch::kCPU;
+}
+
+OptionValues TrainerOptions::rank_agreed_options() const {
+  static const std::set<std::string> kAgreed = {
+      "max_epochs", "max_steps", "accumulate_grad_batches", "gradient_clip_val", "gradient_clip_algorithm",
+      "val_check_interval", "check_val_every_n_epoch", "num_sanity_val_steps", "fast_dev_run", "overfit_batches",
+      "accelerator", "devices", "num_nodes", "on_nonfinite", "use_distributed_sampler"};
+  OptionValues values;
+  {
+    const TrainerOptions& options = *this;
+#define LT_OPTION LT_OPTION_SHOW
+#define LT_OPTION_WITH LT_OPTION_WITH_SHOW
+#define LT_CPP_OPTION LT_CPP_OPTION_NONE
+#include <lightning_cpp/core/trainer_options.def>
+#undef LT_OPTION
+#undef LT_OPTION_WITH
+#undef LT_CPP_OPTION
+  }
+  OptionValues agreed;
+  for (auto& [name, value] : values) {
+    if (kAgreed.count(name) != 0) agreed.emplace_back("trainer." + name, std::move(value));
+  }
+  LT_INTERNAL_ASSERT(agreed.size() == kAgreed.size(), "rank_agreed_options: a name not in trainer_options.def");
+  return agreed;
 }
 
 void TrainerOptions::validate() const {

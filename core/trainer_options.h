@@ -88,6 +88,13 @@ struct TrainerOptions {
   c10::DeviceType device_type() const;
   // max_epochs after Lightning's defaulting (-1 and no max_steps: 1000).
   int64_t resolved_max_epochs() const { return max_epochs() == -1 && max_steps() == -1 ? 1000 : max_epochs(); }
+  // The options that shape the ranks' sequence of collectives (the loop's
+  // length, accumulation, clipping, validation's place, the devices), which
+  // every rank must run with alike: "trainer.<name>" and the value as YAML
+  // writes it. Not in it: what may differ per rank (limit_*_batches, which
+  // Join takes as uneven inputs; paths, logging, progress). The precision is
+  // the strategy's to compare (a plugin has no option value).
+  OptionValues rank_agreed_options() const;
 
  private:
   std::string strategy_name_ = "auto";

@@ -75,6 +75,10 @@ void CSVLogger::continue_previous() {
   if (rows_.empty() && !header_written_) read_metrics();
 }
 
+void CSVLogger::continue_version_of(const std::string& checkpoint) {
+  if (folder_.continue_version_of(checkpoint) && rows_.empty() && !header_written_) read_metrics();
+}
+
 StateDict CSVLogger::state_dict() const {
   StateDict s = new_state_dict();
   s.insert("version", version());

@@ -51,6 +51,7 @@ class CSVLogger : public Logger {
   std::string log_dir() const override;
   int64_t version() const;
   void continue_previous() override;
+  void continue_version_of(const std::string& checkpoint) override;
   // {"version", "rows": metric rows logged so far}
   StateDict state_dict() const override;
   void load_state_dict(const StateDict& state) override;

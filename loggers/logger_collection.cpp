@@ -46,6 +46,10 @@ void LoggerCollection::continue_previous() {
   for (const auto& logger : loggers_) logger->continue_previous();
 }
 
+void LoggerCollection::continue_version_of(const std::string& checkpoint) {
+  for (const auto& logger : loggers_) logger->continue_version_of(checkpoint);
+}
+
 StateDict LoggerCollection::state_dict() const {
   StateDict state = new_state_dict();
   for (size_t i = 0; i < loggers_.size(); ++i) state.insert(std::to_string(i), loggers_[i]->state_dict());

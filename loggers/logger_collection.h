@@ -27,6 +27,7 @@ class LoggerCollection : public Logger {
   void finalize(const std::string& status) override;
   std::string log_dir() const override;
   void continue_previous() override;
+  void continue_version_of(const std::string& checkpoint) override;
   // {"0": the first member's state, "1": the second's, ...}
   StateDict state_dict() const override;
   void load_state_dict(const StateDict& state) override;

@@ -229,6 +229,8 @@ std::string TensorBoardLogger::log_dir() const { return folder_.path(); }
 
 void TensorBoardLogger::continue_previous() { folder_.continue_previous(); }
 
+void TensorBoardLogger::continue_version_of(const std::string& checkpoint) { folder_.continue_version_of(checkpoint); }
+
 StateDict TensorBoardLogger::state_dict() const {
   StateDict s = new_state_dict();
   s.insert("version", version());

@@ -66,6 +66,7 @@ class TensorBoardLogger : public Logger {
   std::string log_dir() const override;
   int64_t version() const;
   void continue_previous() override;
+  void continue_version_of(const std::string& checkpoint) override;
   // {"version", "step": the highest step logged so far, -1 if none}
   StateDict state_dict() const override;
   void load_state_dict(const StateDict& state) override;

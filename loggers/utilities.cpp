@@ -47,6 +47,23 @@ void VersionFolder::continue_previous() {
   if (!version_) version_ = std::max<int64_t>(newest_version(save_dir_, name_), 0);
 }
 
+bool VersionFolder::continue_version_of(const std::string& checkpoint) {
+  if (version_) return false;
+  std::error_code ec;
+  const fs::path root = fs::weakly_canonical(fs::path(save_dir_) / name_, ec);
+  const fs::path file = fs::weakly_canonical(checkpoint, ec);
+  if (ec) return false;
+  // The checkpoint's path below <save_dir>/<name>: version_N/...
+  const fs::path below = file.lexically_relative(root);
+  if (below.empty() || *below.begin() == "..") return false;
+  static const std::regex kVersion(R"(version_(\d+))");
+  std::smatch m;
+  const std::string folder = below.begin()->string();
+  if (std::distance(below.begin(), below.end()) < 2 || !std::regex_match(folder, m, kVersion)) return false;
+  version_ = std::stoll(m[1]);
+  return true;
+}
+
 int64_t newest_version(const std::string& save_dir, const std::string& name) {
   const fs::path root = fs::path(save_dir) / name;
   int64_t newest = -1;

@@ -28,7 +28,8 @@ struct SaveDirOrRootDir {
 
 // A file logger's folder <save_dir>/<name>/version_<N>. N is the given
 // version, else fixed at the first version() call: the next free one, or, in
-// a run that goes on with an earlier one (continue_previous), the newest.
+// a run that goes on with an earlier one (continue_previous), the newest,
+// or the one a resumed checkpoint lies in (continue_version_of).
 // Checks the name and version, naming `logger` in the error.
 class VersionFolder {
  public:
@@ -36,6 +37,9 @@ class VersionFolder {
   int64_t version() const;
   std::string path() const;
   void continue_previous();
+  // The version whose folder holds `checkpoint`, if it is one of these
+  // folders (at any depth) and no version was given; true if so.
+  bool continue_version_of(const std::string& checkpoint);
 
  private:
   std::string save_dir_, name_;

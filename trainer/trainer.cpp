@@ -119,6 +119,10 @@ Strategy& Trainer::strategy() { return *strategy_; }
 
 bool Trainer::is_global_zero() { return strategy_->is_global_zero(); }
 
+std::string Trainer::interrupted_checkpoint_path() const {
+  return fs::absolute(fs::path(log_dir()) / "interrupted.ckpt").lexically_normal().string();
+}
+
 std::string Trainer::log_dir() const {
   if (agreed_log_dir_) return *agreed_log_dir_;
   if (options_.logger() && !options_.logger()->log_dir().empty()) return options_.logger()->log_dir();
@@ -158,14 +162,19 @@ HParams merged_hparams(HParams module, const HParams& data) {
 std::string Trainer::resolve_ckpt_path(const std::string& ckpt_path, Run& run, bool restarted) {
   const std::string which = restarted ? "last" : ckpt_path;
   if (!names_a_checkpoint(which)) return ckpt_path;
+  std::vector<std::string> candidates;
+  for (const auto& cb : run.hooks.callbacks()) candidates.push_back(cb->checkpoint_path(which));
+  // `last` is the run's newest checkpoint: a stop on request's too, which a
+  // run writes after any other (so it wins a tie of the file times' ticks).
+  const std::string interrupted = which == "last" ? interrupted_checkpoint_path() : std::string();
+  candidates.push_back(interrupted);
   std::string path;
   fs::file_time_type newest;
-  for (const auto& cb : run.hooks.callbacks()) {
-    const std::string candidate = cb->checkpoint_path(which);
+  for (const std::string& candidate : candidates) {
     std::error_code ec;
     if (candidate.empty() || !fs::exists(candidate, ec)) continue;
     const auto time = fs::last_write_time(candidate, ec);
-    if (path.empty() || (which == "last" && time > newest)) {
+    if (path.empty() || (which == "last" && (time > newest || (time == newest && candidate == interrupted)))) {
       path = candidate;
       newest = time;
     }
@@ -187,12 +196,12 @@ std::string Trainer::resolve_ckpt_path(const std::string& ckpt_path, Run& run, b
                               "); fit with it first, or give a checkpoint's path"));
   }
   if (path.empty()) {
-    rank_zero_info("lightning-cpp: restarted by torchrun (TORCHELASTIC_RESTART_COUNT=",
+    rank_zero_info(program_name(), ": restarted by torchrun (TORCHELASTIC_RESTART_COUNT=",
                    env::get_int("TORCHELASTIC_RESTART_COUNT").value_or(0), ", or the group's members changed) with no ",
                    "checkpoint yet: starting anew");
     return {};
   }
-  rank_zero_info("lightning-cpp: ", run.stage == Stage::kTrain ? "resuming from " : "weights from ", path,
+  rank_zero_info(program_name(), ": ", run.stage == Stage::kTrain ? "resuming from " : "weights from ", path,
                  " (ckpt_path: ", which,
                  restarted ? ", after a restart by torchrun)" : ")");
   return path;
@@ -227,7 +236,12 @@ std::unique_ptr<Trainer::Run> Trainer::begin(const std::shared_ptr<LightningModu
                                              const std::string& ckpt_path) {
   // Resumed or evaluated from the earlier run's last or best checkpoint: its
   // logger folder is where they are (and where this run goes on logging).
-  if (names_a_checkpoint(ckpt_path) && options_.logger()) options_.logger()->continue_previous();
+  if (options_.logger() && names_a_checkpoint(ckpt_path)) options_.logger()->continue_previous();
+  // A checkpoint in one of the logger's version folders (the path a stop on
+  // request printed): the run goes on logging there, one history.
+  if (options_.logger() && !names_a_checkpoint(ckpt_path) && !ckpt_path.empty()) {
+    options_.logger()->continue_version_of(ckpt_path);
+  }
   if (!agreed_log_dir_ && strategy_->world_size() > 1) {
     // Each rank would pick the logger's next free version itself, and a rank
     // that looks after rank 0 created its folder picks another: rank 0 decides.
@@ -399,10 +413,8 @@ void Trainer::fail(Run* run, const std::exception& caught) {
       if (interrupted != nullptr && run->stage == Stage::kTrain && options_.fast_dev_run() == 0) {
         // Every rank left the loop at the same step boundary, so the
         // checkpoint's collectives (barrier) are safe here.
-        std::filesystem::create_directories(options_.default_root_dir());
-        checkpoint = std::filesystem::absolute(fs::path(options_.default_root_dir()) / "interrupted.ckpt")
-                         .lexically_normal()
-                         .string();
+        checkpoint = interrupted_checkpoint_path();
+        std::filesystem::create_directories(fs::path(checkpoint).parent_path());
         save_checkpoint(checkpoint);
       }
       if (run->ctx.logger != nullptr) run->ctx.logger->finalize(interrupted != nullptr ? "interrupted" : "failed");
@@ -413,8 +425,9 @@ void Trainer::fail(Run* run, const std::exception& caught) {
     module_ = nullptr;
     state_.stage = Stage::kNone;
     if (!checkpoint.empty()) {
-      throw Interrupted(c10::str(e.what(), "; stopped on request: ", checkpoint,
-                                 " holds the run; resume it with ckpt_path=", checkpoint),
+      // Every rank names the checkpoint; rank 0 alone says how to resume.
+      throw Interrupted(c10::str(e.what(), "; stopped on request: ", checkpoint, " holds the run",
+                                 strategy_->is_global_zero() ? Interrupted::resume_hint(checkpoint) : std::string()),
                         interrupted->signal(), checkpoint);
     }
     throw;

@@ -107,6 +107,9 @@ class Trainer {
   // default_root_dir, or the logger's folder when there is one; with several
   // ranks, rank 0's (agreed at the first run), so every path is the same.
   std::string log_dir() const;
+  // Where a stop on request writes its checkpoint: <log_dir()>/interrupted.ckpt
+  // (absolute); `ckpt_path: last` takes it when it is the run's newest.
+  std::string interrupted_checkpoint_path() const;
   LightningModule* module() const { return module_; }
   OptimizerConfig* optimizer_config() { return optim_.optimizer ? &optim_ : nullptr; }
 

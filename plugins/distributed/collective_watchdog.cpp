@@ -9,6 +9,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <lightning_cpp/core/rank_zero.h>
 #include <lightning_cpp/core/run_state.h>
 #include <lightning_cpp/core/signals.h>
 
@@ -302,28 +303,47 @@ void CollectiveWatchdog::finish() {
   const Position p = position();
   publish(c10::str(kFinished, " ", p.epoch, " ", p.step, " ", p.batch, " ", p.batches, "|finished the run at epoch ",
                    p.epoch, ", global step ", p.step));
+  // Polls a counter until it reaches the world size; false at the deadline.
+  const auto wait_for_every_rank = [this](const std::string& counter, Clock::time_point deadline,
+                                          bool watch_failures) {
+    auto pause = std::chrono::milliseconds(1);
+    while (store_->add(key(counter), 0) < world_size_) {
+      if (watch_failures && store_->check({key("failed")})) return false;
+      if (Clock::now() > deadline) return false;
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::milliseconds(50));
+    }
+    return true;
+  };
   std::string headline;
   try {
     store_->add(key("finished"), 1);
     const auto deadline = Clock::now() + options_.timeout() + options_.report_wait();
-    auto pause = std::chrono::milliseconds(1);
-    while (store_->add(key("finished"), 0) < world_size_) {
+    if (!wait_for_every_rank("finished", deadline, /*watch_failures=*/true)) {
       if (store_->check({key("failed")})) {
         wait_for_statuses(options_.report_wait());
         headline = c10::str("rank ", rank_, " of ", world_size_, " finished the run, but another rank failed");
-        break;
-      }
-      if (Clock::now() > deadline) {
+      } else {
         headline = c10::str("rank ", rank_, " of ", world_size_, " finished the run, but not every rank did within ",
                             (options_.timeout() + options_.report_wait()).count() / 1000.0, " s");
-        break;
       }
-      std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, std::chrono::milliseconds(50));
+    } else {
+      // Every rank finished. Each says it saw that and reads the store no
+      // more in this run; the rank whose exit takes the store with it waits
+      // for all of them, so no rank's last poll meets a closed store.
+      store_->add(key("left"), 1);
+      if (options_.hosts_store() &&
+          !wait_for_every_rank("left", Clock::now() + options_.timeout(), /*watch_failures=*/false)) {
+        warn("rank ", rank_, " of ", world_size_, " (the store's host): every rank finished the run, but not every ",
+             "rank confirmed it within ", options_.timeout().count() / 1000.0, " s; leaving anyway");
+      }
     }
   } catch (const std::exception& e) {
-    headline = c10::str("rank ", rank_, " of ", world_size_,
-                        " finished the run, but lost the store: ", one_line(error_message(e)));
+    // This rank's part is done; what is lost is only the word of the others'
+    // end (the store's host left: a rank that failed says so in its own exit).
+    warn("rank ", rank_, " of ", world_size_, " finished the run, but lost the store before every rank said it had ",
+         "finished: ", one_line(error_message(e)), "; this rank's part succeeded, and each rank's own exit status ",
+         "says whether its did");
   }
   const auto all = headline.empty() ? std::map<int64_t, std::string>{} : statuses();
   end_run();
@@ -364,7 +384,7 @@ bool CollectiveWatchdog::agree_stop(bool local, int64_t step, bool lockstep, boo
 void CollectiveWatchdog::end_process(const std::string& headline) {
   publish(status_line(), /*unless_published=*/true);
   const std::string text = report(headline, statuses());
-  std::fprintf(stderr, "lightning-cpp: %s\n", text.c_str());
+  std::fprintf(stderr, "%s: %s\n", program_name().c_str(), text.c_str());
   std::fflush(stderr);
   std::fflush(stdout);
   std::_Exit(1);

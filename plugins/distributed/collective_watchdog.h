@@ -22,7 +22,7 @@
 //     timeout + grace ends the process the same way.
 // It also ends each fit with a store barrier (finish()), so a rank that ran
 // out of batches waits there, visibly, instead of leaving a peer alone in an
-// allreduce, and carries the cross-rank agreement on where a signal stops
+// allreduce (the store's host leaves it last: hosts_store), and carries the cross-rank agreement on where a signal stops
 // training (agree_stop(), when the gradient allreduce cannot carry it).
 //
 // Store keys, under the strategy's process-group prefix and a run number that
@@ -30,6 +30,7 @@
 //   watchdog/<run>/status/<rank>  this rank's status line
 //   watchdog/<run>/failed         counter: > 0 once a rank failed
 //   watchdog/<run>/finished       counter: ranks that finished the run
+//   watchdog/<run>/left           counter: ranks that saw every rank finish (and no longer read the store)
 //   watchdog/<run>/stop_at        the global step at which a signal stops every rank
 // The watchdog thread polls only failed and stop_at (two store checks every
 // poll); nothing is written to the store while training goes well.
@@ -73,6 +74,10 @@ struct CollectiveWatchdogOptions {
   // code, reach the failure itself before the watchdog ends the process.
   TORCH_ARG(std::chrono::milliseconds, grace) = std::chrono::seconds(1);
   TORCH_ARG(std::chrono::milliseconds, poll) = std::chrono::milliseconds(100);
+  // This rank hosts the store (rank 0's TCPStore under SLURM, MPI or a
+  // manual launch): at finish() it leaves only after every rank has seen the
+  // run's end, so that its exit fails no rank still reading the store.
+  TORCH_ARG(bool, hosts_store) = false;
 };
 
 // The report every rank gives when a run fails: the headline, each rank's
@@ -129,7 +134,9 @@ class CollectiveWatchdog {
   std::exception_ptr on_exception(const std::exception& e);
 
   // The end of a fit on every rank: returns once all ranks got here; throws
-  // CollectiveError when a rank failed or did not arrive in time.
+  // CollectiveError when a rank failed or did not arrive in time. The end is
+  // agreed, not raced: the rank that hosts the store returns last, and a
+  // store lost after this rank's own success is a warning, not an error.
   void finish();
 
   // Where a signal stops training, agreed by every rank. `local`: this rank

@@ -196,6 +196,7 @@ DistributedConnection init_process_group(const ClusterEnvironment& environment, 
           "MASTER_* left in the environment by an earlier launch makes a plain run wait for peers that never come"));
     }
     if (agent_prefix) base = c10::make_intrusive<c10d::PrefixStore>(*agent_prefix, base);
+    out.hosts_store = store_options.isServer;
   }
   out.store = c10::make_intrusive<c10d::PrefixStore>("lt_pg_" + std::to_string(index), base);
   out.process_group = make_backend(out.store, environment, backend, timeout, static_cast<int>(rank),

@@ -39,6 +39,7 @@ struct DistributedConnection {
   std::string rendezvous;  // where the ranks met, for messages
   std::string backend;
   std::chrono::milliseconds timeout{0};
+  bool hosts_store = false;  // this rank's exit takes the store with it (rank 0's TCPStore)
 };
 
 // Creates the store and the `backend` process group of the environment's

@@ -23,6 +23,7 @@
 #include <thread>
 
 #include <lightning_cpp/core/check.h>
+#include <lightning_cpp/core/rank_zero.h>
 #include <lightning_cpp/plugins/environments/local.h>
 #include <lightning_cpp/plugins/launchers/error_file.h>
 
@@ -246,10 +247,11 @@ void supervise_local_spawn(int64_t num_processes, const LocalSpawnOptions& optio
   std::fflush(stdout);
   std::cout.flush();
   if (one_node) {
-    std::fprintf(stderr, "lightning-cpp: %s: launching %s (store %s/store)\n", options.who.c_str(),
+    std::fprintf(stderr, "%s: %s: launching %s (store %s/store)\n", program_name().c_str(), options.who.c_str(),
                  count_of(num_processes, "worker process").c_str(), store_dir.c_str());
   } else {
-    std::fprintf(stderr, "lightning-cpp: %s: node %lld of %lld: launching %s (store %s:%d)\n", options.who.c_str(),
+    std::fprintf(stderr, "%s: %s: node %lld of %lld: launching %s (store %s:%d)\n", program_name().c_str(),
+                 options.who.c_str(),
                  static_cast<long long>(options.node_rank), static_cast<long long>(options.num_nodes),
                  count_of(num_processes, "worker process").c_str(), options.main_address.c_str(), port);
   }
@@ -277,7 +279,7 @@ void supervise_local_spawn(int64_t num_processes, const LocalSpawnOptions& optio
     const WorkerExit& e = exits[local];
     if (e.ok() || e.stopped_on_request() || e.terminated) continue;
     const auto rank = static_cast<long long>(global_rank(local));
-    std::fprintf(stderr, "lightning-cpp: strategy ddp: rank %lld of %lld %s", rank,
+    std::fprintf(stderr, "%s: %s: rank %lld of %lld %s", program_name().c_str(), options.who.c_str(), rank,
                  static_cast<long long>(num_processes * options.num_nodes), e.describe().c_str());
     if (!options.worker_log_dir.empty()) {
       std::fprintf(stderr, " (its output: %s/rank%lld.log)", options.worker_log_dir.c_str(), rank);
@@ -296,9 +298,9 @@ void supervise_local_spawn(int64_t num_processes, const LocalSpawnOptions& optio
   // Every rank that did not finish stopped on request: so did the run.
   if (code == 0 && std::any_of(exits.begin(), exits.end(), [](const WorkerExit& e) { return e.stopped_on_request(); })) {
     std::fprintf(stderr,
-                 "lightning-cpp: strategy ddp: stopped on request; the workers' last lines name the checkpoint and "
-                 "how to resume (exit code %d)\n",
-                 kExitStoppedOnRequest);
+                 "%s: %s: stopped on request; rank 0's last lines name the checkpoint and how to resume (exit "
+                 "code %d)\n",
+                 program_name().c_str(), options.who.c_str(), kExitStoppedOnRequest);
     code = kExitStoppedOnRequest;
   }
   std::fflush(stderr);

@@ -16,6 +16,7 @@
 #include <lightning_cpp/plugins/environments/local.h>
 #include <lightning_cpp/plugins/launchers/subprocess_script.h>
 #include <lightning_cpp/plugins/launchers/worker_process.h>
+#include <lightning_cpp/plugins/distributed/rank_agreement.h>
 #include <lightning_cpp/plugins/join/epoch_context.h>
 
 namespace lt {
@@ -30,6 +31,7 @@ int64_t ParallelStrategy::local_rank() const {
 }
 
 void ParallelStrategy::setup_environment(const TrainerOptions& options) {
+  trainer_values_ = options.rank_agreed_options();
   if (process_group()) return;  // fit, then validate/test: one process group per process
   const ParallelSettings settings = parallel_settings();
   LT_CHECK_VALUE(options.devices() >= 1, who(), ": devices must be >= 1, got ", options.devices());
@@ -43,7 +45,7 @@ void ParallelStrategy::setup_environment(const TrainerOptions& options) {
     if (expected > 1) configure_launcher(options)->launch();
   } else if (expected == 1 && environment_->world_size() > 1) {
     // devices and num_nodes left at 1: the launcher's layout is the run's.
-    rank_zero_info("lightning-cpp: ", who(), ": the ", environment_->name(), " environment has ",
+    rank_zero_info(program_name(), ": ", who(), ": the ", environment_->name(), " environment has ",
                    environment_->world_size(), " ranks; devices: 1 and num_nodes: 1 follow it");
   } else {
     LT_CHECK_VALUE(environment_->world_size() == expected, who(), ": devices (", options.devices(),
@@ -70,10 +72,11 @@ void ParallelStrategy::setup_environment(const TrainerOptions& options) {
   if (world_size_ > 1) {
     configure_worker_process(
         environment_->local_world_size().value_or(world_size_ / std::max<int64_t>(options.num_nodes(), 1)));
-    watchdog_ = std::make_unique<CollectiveWatchdog>(connection_.store, rank_, world_size_,
-                                                     CollectiveWatchdogOptions().timeout(timeout));
+    watchdog_ = std::make_unique<CollectiveWatchdog>(
+        connection_.store, rank_, world_size_,
+        CollectiveWatchdogOptions().timeout(timeout).hosts_store(connection_.hosts_store));
   }
-  rank_zero_info("lightning-cpp: ", who(), ": ", backend, " process group of ", world_size_, " rank",
+  rank_zero_info(program_name(), ": ", who(), ": ", backend, " process group of ", world_size_, " rank",
                  world_size_ == 1 ? "" : "s", " (", environment_->name(), ", rendezvous ", connection.rendezvous,
                  ", timeout ", timeout.count() / 1000.0, " s)");
 }
@@ -104,8 +107,23 @@ void ParallelStrategy::on_run_start(const RunState& state) {
   }
 }
 
+void ParallelStrategy::check_ranks_agree(const LightningModule& module) {
+  OptionValues values = version_values();
+  values.emplace_back("strategy", name());
+  for (auto& [option, value] : option_values()) {
+    if (option == "launch_timeout" || option == "worker_log_dir" || option == "process_group_timeout") continue;
+    values.emplace_back("strategy." + option, std::move(value));
+  }
+  values.insert(values.end(), trainer_values_.begin(), trainer_values_.end());
+  values.emplace_back("precision", precision().name());
+  const OptionValues model = module_values(module);
+  values.insert(values.end(), model.begin(), model.end());
+  lt::check_ranks_agree(*this, values);  // through reduce and all_gather_bytes, watched as every collective
+}
+
 void ParallelStrategy::setup(LightningModule& module) {
   LT_INTERNAL_ASSERT(process_group(), who(), ": setup() before setup_environment()");
+  if (world_size_ > 1) check_ranks_agree(module);
   Strategy::setup(module);
   bool trainable = false;
   for (const auto& p : module.parameters()) trainable = trainable || p.requires_grad();

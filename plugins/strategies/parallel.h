@@ -96,7 +96,8 @@ class ParallelStrategy : public Strategy {
   void setup_environment(const TrainerOptions& options) override;
   // The collective watchdog's run: a failure from here on is reported on every rank.
   void on_run_start(const RunState& state) override;
-  // Moves the module to the root device and wraps it in the strategy's
+  // Checks that every rank runs the same options, model and versions, then
+  // moves the module to the root device and wraps it in the strategy's
   // gradient sync (a collective: make_gradient_sync).
   void setup(LightningModule& module) override;
   // Drops the gradient sync; keeps the process group for a later validate/test.
@@ -171,6 +172,10 @@ class ParallelStrategy : public Strategy {
   }
   // "strategy <name>", the prefix of the base's messages.
   std::string who() const { return "strategy " + name(); }
+  // The strategy's options as YAML writes them (LT_OPTION_SHOW over its
+  // table), which the ranks compare before the first step; the base leaves
+  // out the local spawn's and the timeout, which may differ.
+  virtual OptionValues option_values() const { return {}; }
 
  protected:
   // Lightning's _configure_launcher: how this node's workers start where
@@ -184,7 +189,11 @@ class ParallelStrategy : public Strategy {
   // (RunState::unmatched_hooks).
   void check_matched(const char* collective) const;
   WatchedCollectives collectives() const;
+  // Refuses, on every rank, a run whose ranks differ in what shapes their
+  // collectives (distributed/rank_agreement.h): before anything else in setup().
+  void check_ranks_agree(const LightningModule& module);
 
+  OptionValues trainer_values_;  // the run's TrainerOptions::rank_agreed_options (setup_environment)
   std::unique_ptr<ClusterEnvironment> environment_;
   DistributedConnection connection_;  // the store, the process group
   // The collective layers' group (core/collective_layer.h), made when a module first has one.

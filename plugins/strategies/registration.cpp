@@ -71,7 +71,7 @@ std::string resolve_strategy_name(const std::string& name, int64_t devices, int6
   if (!name.empty() && name != "auto") return name;
   if (devices * num_nodes > 1) return "ddp";
   if (const int64_t started = external_world_size(); started > 1) {
-    rank_zero_info("lightning-cpp: no strategy given and the environment has ", started,
+    rank_zero_info(program_name(), ": no strategy given and the environment has ", started,
                    " ranks: training with strategy ddp");
     return "ddp";
   }

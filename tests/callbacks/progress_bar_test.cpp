@@ -6,11 +6,14 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
 #include <sstream>
+#include <thread>
 
+#include <lightning_cpp/callbacks/model_checkpoint.h>
 #include <lightning_cpp/callbacks/progress_bar.h>
 #include <lightning_cpp/core/rank_zero.h>
 #include <lightning_cpp/trainer/trainer.h>
@@ -78,6 +81,38 @@ TEST_F(CallbacksTest, ProgressBarNeverPassesTheTerminalWidth) {
 }
 
 // Lightning's default: a progress bar unless one is given or it is turned off.
+// After a mid-epoch resume the rate counts the batches this run trained, not
+// the epoch's skipped ones: 2 batches of >= 100 ms each are at most 10 it/s
+// (before: 8 batches over the same time, about 30 it/s).
+TEST_F(CallbacksTest, ProgressBarRateCountsOnlyTheBatchesRunAfterAResume) {
+  class Slow : public ScriptedModule {
+   public:
+    using ScriptedModule::ScriptedModule;
+    torch::Tensor training_step(const lt::Batch& b, int64_t i) override {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      return ScriptedModule::training_step(b, i);
+    }
+  };
+  auto data = loader(16, 2);  // 8 batches
+  const std::string ckpt_dir = (dir_ / "ckpts").string();
+  lt::Trainer first(options(1).max_steps(6).enable_progress_bar(false).callbacks(
+      {std::make_shared<lt::ModelCheckpoint>(
+          lt::ModelCheckpointOptions().dirpath(ckpt_dir).filename("mid").every_n_train_steps(6))}));
+  first.fit(std::make_shared<ScriptedModule>(std::vector<double>{0.5}), data);
+  std::ostringstream plain;
+  auto bar = std::make_shared<lt::ProgressBar>(lt::ProgressBarOptions().tty(false).stream(&plain));
+  lt::Trainer resumed(options(1).callbacks({bar}));
+  resumed.fit(std::make_shared<Slow>(std::vector<double>{0.5}), data, nullptr, ckpt_dir + "/mid.ckpt");
+  const std::string line = plain.str();
+  ASSERT_EQ(line.rfind("Epoch 0/0: 8/8 batches [", 0), 0u) << line;
+  const size_t at = line.find("it/s");
+  ASSERT_NE(at, std::string::npos) << line;
+  const size_t from = line.rfind(' ', at) + 1;
+  const double rate = std::stod(line.substr(from, at - from));
+  EXPECT_GT(rate, 0.0) << line;
+  EXPECT_LE(rate, 10.0) << line;
+}
+
 TEST_F(CallbacksTest, TheTrainerAddsAProgressBarByDefault) {
   auto count = [](const lt::Trainer& trainer) {
     return std::count_if(trainer.callbacks().begin(), trainer.callbacks().end(),

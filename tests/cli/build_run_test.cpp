@@ -59,21 +59,23 @@ TEST_F(CliTest, FitFromYamlWritesLogsConfigAndCheckpoint) {
   }
   EXPECT_EQ(event_files, 1u);
 
-  // test with the checkpoint's weights (its metrics go to version_1); the next fit to version_2.
+  // test with the weights of a checkpoint in version_0: its metrics go there, beside it (no version_1); the next
+  // fit to version_1.
   const CliResult t = cli({"test", "--config", a, "--ckpt_path", (v0 / "checkpoints" / "last.ckpt").string()});
   ASSERT_EQ(t.code, 0) << t.err;
   EXPECT_NE(t.out.find("test_loss:"), std::string::npos) << t.out;
-  EXPECT_TRUE(fs::exists(dir_ / "lightning_logs" / "version_1" / "metrics.csv"));
+  EXPECT_NE(read_file(v0 / "metrics.csv").find("test_loss"), std::string::npos);
+  EXPECT_FALSE(fs::exists(dir_ / "lightning_logs" / "version_1"));
   ASSERT_EQ(cli({"fit", "--config", a}).code, 0);
-  EXPECT_TRUE(fs::exists(dir_ / "lightning_logs" / "version_2" / "config.yaml"));
+  EXPECT_TRUE(fs::exists(dir_ / "lightning_logs" / "version_1" / "config.yaml"));
 
   // validate the newest run's best model: a new process finds it in that
-  // run's folder, and logs there (no version_3).
+  // run's folder, and logs there (no version_2).
   const CliResult v = cli({"validate", "--config", a, "--ckpt_path", "best"});
   ASSERT_EQ(v.code, 0) << v.err;
   EXPECT_NE(v.out.find("val_loss:"), std::string::npos) << v.out;
-  EXPECT_FALSE(fs::exists(dir_ / "lightning_logs" / "version_3"));
-  const std::string best = (dir_ / "lightning_logs" / "version_2" / "checkpoints" / "epoch=1-step=8.ckpt").string();
+  EXPECT_FALSE(fs::exists(dir_ / "lightning_logs" / "version_2"));
+  const std::string best = (dir_ / "lightning_logs" / "version_1" / "checkpoints" / "epoch=1-step=8.ckpt").string();
   EXPECT_EQ(v.out, cli({"validate", "--config", a, "--ckpt_path", best}).out);
   EXPECT_NE(v.out, cli({"validate", "--config", a}).out) << "the untrained model validates alike";
 }

@@ -51,6 +51,18 @@ TEST_F(CliTest, ProgramRunsFashionMnistConfig) {
   ASSERT_EQ(rc, 0) << ss.str();
   EXPECT_NE(ss.str().find("Epoch 0"), std::string::npos) << ss.str();  // plain progress line (not a TTY)
   EXPECT_TRUE(fs::exists(dir_ / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"));
+  // On two ranks, the library's lines begin with the user's program's name, not lightning-cpp's.
+  const std::string ddp = std::string(LT_FASHION_MNIST_CLI) + " fit --config " + LT_SOURCE_DIR +
+                          "/configs/fashion_mnist_mlp.yaml --trainer.max_epochs=1 --trainer.limit_train_batches=4 "
+                          "--trainer.limit_val_batches=1 --trainer.num_sanity_val_steps=0 --trainer.devices=2 "
+                          "--trainer.default_root_dir=ddp > ddp.txt 2>&1";
+  ASSERT_EQ(std::system(ddp.c_str()), 0) << read_file((dir_ / "ddp.txt").string());
+  const std::string ddp_out = read_file((dir_ / "ddp.txt").string());
+  EXPECT_NE(ddp_out.find("fashion_mnist_cli: strategy ddp: launching 2 worker processes"), std::string::npos)
+      << ddp_out;
+  EXPECT_NE(ddp_out.find("fashion_mnist_cli: strategy ddp: gloo process group of 2 ranks"), std::string::npos)
+      << ddp_out;
+  EXPECT_EQ(ddp_out.find("lightning-cpp:"), std::string::npos) << ddp_out;
   // A config error from the real program: exit code 2.
   write("bad.yaml", "trainer: {max_epochs: x}\n");
   EXPECT_EQ(WEXITSTATUS(std::system((std::string(LT_FASHION_MNIST_CLI) + " fit -c bad.yaml 2>/dev/null").c_str())), 2);

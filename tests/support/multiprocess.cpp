@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <sstream>
 
 #include <lightning_cpp/core/check.h>
@@ -92,27 +93,33 @@ void expect_workers_pass(const std::string& worker, int world, std::chrono::seco
 
 WorkersResult run_workers(const std::string& name, int world_size, const WorkerOptions& options) {
   const std::string exe = self_executable();
-  const std::string port = std::to_string(find_free_port());
+  const std::string first_port = std::to_string(find_free_port());
   const auto dir = std::filesystem::temp_directory_path() /
-                   ("lt_workers_" + std::to_string(::getpid()) + "_" + name + "_" + port);
+                   ("lt_workers_" + std::to_string(::getpid()) + "_" + name + "_" + first_port);
   std::filesystem::create_directories(dir);
   std::vector<WorkerSpec> specs;
-  for (int rank = 0; rank < world_size; ++rank) {
-    WorkerSpec spec;
-    spec.argv = {exe};
-    spec.env = options.env;
-    spec.env["LT_TEST_WORKER"] = name;
-    spec.env["RANK"] = std::to_string(rank);
-    spec.env["LOCAL_RANK"] = std::to_string(rank);
-    spec.env["WORLD_SIZE"] = std::to_string(world_size);
-    spec.env["LOCAL_WORLD_SIZE"] = std::to_string(world_size);
-    spec.env["MASTER_ADDR"] = "127.0.0.1";
-    spec.env["MASTER_PORT"] = port;
-    if (rank < static_cast<int>(options.rank_env.size())) {
-      for (const auto& [k, v] : options.rank_env[rank]) spec.env[k] = v;
+  std::set<std::string> ports;
+  for (int job = 0; job < options.jobs; ++job) {
+    std::string port = first_port;
+    while (!ports.insert(port).second) port = std::to_string(find_free_port());
+    for (int rank = 0; rank < world_size; ++rank) {
+      WorkerSpec spec;
+      spec.argv = {exe};
+      spec.env = options.env;
+      spec.env["LT_TEST_WORKER"] = name;
+      spec.env["RANK"] = std::to_string(rank);
+      spec.env["LOCAL_RANK"] = std::to_string(rank);
+      spec.env["WORLD_SIZE"] = std::to_string(world_size);
+      spec.env["LOCAL_WORLD_SIZE"] = std::to_string(world_size);
+      spec.env["MASTER_ADDR"] = "127.0.0.1";
+      spec.env["MASTER_PORT"] = port;
+      if (rank < static_cast<int>(options.rank_env.size())) {
+        for (const auto& [k, v] : options.rank_env[rank]) spec.env[k] = v;
+      }
+      if (options.jobs > 1) spec.env["LT_JOB"] = std::to_string(job);
+      spec.output_path = (dir / ("job" + std::to_string(job) + "_rank" + std::to_string(rank) + ".log")).string();
+      specs.push_back(std::move(spec));
     }
-    spec.output_path = (dir / ("rank" + std::to_string(rank) + ".log")).string();
-    specs.push_back(std::move(spec));
   }
   WorkersResult result;
   result.exits = launch_and_wait(specs, LaunchOptions{std::chrono::duration_cast<std::chrono::milliseconds>(options.timeout)});

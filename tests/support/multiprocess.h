@@ -38,6 +38,9 @@ struct WorkerOptions {
   std::map<std::string, std::string> env;  // extra environment (e.g. per-test parameters)
   // Per-rank extra environment; index = rank.
   std::vector<std::map<std::string, std::string>> rank_env;
+  // Independent runs of the world at once (a loaded machine), each with its
+  // own MASTER_PORT and LT_JOB=<j>; job j's rank r is result index j * world_size + r.
+  int jobs = 1;
 };
 
 WorkersResult run_workers(const std::string& name, int world_size, const WorkerOptions& options = {});

@@ -51,10 +51,15 @@ inline pid_t start_worker(const std::string& name, const std::map<std::string, s
 }
 
 struct TempDir {
-  TempDir() : path(fs::temp_directory_path() / ("lt_reliability_" + std::to_string(getpid()))) {
+  TempDir()
+      : path(fs::temp_directory_path() / ("lt_reliability_" + std::to_string(getpid()) + "_" + std::to_string(next()))) {
     fs::create_directories(path);
   }
   ~TempDir() { fs::remove_all(path); }
+  static int next() {
+    static int count = 0;
+    return count++;
+  }
   fs::path path;
 };
 

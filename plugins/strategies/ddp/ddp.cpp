@@ -17,6 +17,15 @@ DDPStrategy::DDPStrategy(DDPStrategyOptions options) : options_(std::move(option
                  "ranks with data (join_divide_by_initial_world_size: false); use one or the other");
 }
 
+OptionValues DDPStrategy::option_values() const {
+  OptionValues values;
+  const DDPStrategyOptions& options = options_;
+#define LT_OPTION LT_OPTION_SHOW
+#include <lightning_cpp/plugins/strategies/ddp/ddp_options.def>
+#undef LT_OPTION
+  return values;
+}
+
 ParallelSettings DDPStrategy::parallel_settings() const { return parallel_settings_of(options_, options_.join_mode()); }
 
 std::unique_ptr<GradientSync> DDPStrategy::make_gradient_sync(std::shared_ptr<torch::nn::Module> module,

@@ -54,6 +54,7 @@ class DDPStrategy : public ParallelStrategy {
 
  protected:
   ParallelSettings parallel_settings() const override;
+  OptionValues option_values() const override;
   std::unique_ptr<GradientSync> make_gradient_sync(std::shared_ptr<torch::nn::Module> module,
                                                    const c10::intrusive_ptr<c10d::ProcessGroup>& group,
                                                    std::function<bool()> stop_wish) override;

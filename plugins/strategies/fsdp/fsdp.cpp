@@ -171,6 +171,15 @@ FSDPStrategy::FSDPStrategy(FSDPStrategyOptions options) : options_(std::move(opt
   }
 }
 
+OptionValues FSDPStrategy::option_values() const {
+  OptionValues values;
+  const FSDPStrategyOptions& options = options_;
+#define LT_OPTION LT_OPTION_SHOW
+#include <lightning_cpp/plugins/strategies/fsdp/fsdp_options.def>
+#undef LT_OPTION
+  return values;
+}
+
 ParallelSettings FSDPStrategy::parallel_settings() const {
   // A rank that ran out of data steps its chunk with the others: lockstep only.
   return parallel_settings_of(options_, JoinMode::kLockstep);

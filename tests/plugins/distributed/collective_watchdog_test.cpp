@@ -204,11 +204,13 @@ TEST(Watchdog, AFailureInEachPreRunCollectiveIsReportedOnEveryRank) {
   const auto at = clean.outputs[0].find("pre-run steps: ");
   ASSERT_NE(at, std::string::npos) << clean.outputs[0];
   const int steps = std::stoi(clean.outputs[0].substr(at + 15));
-  // The DataModule's prepare_data barrier, the log folder's agreement, the parameters' broadcast, the Join
-  // check's batch counts (join needs no balancing collective).
-  ASSERT_EQ(steps, 4) << clean.outputs[0];
+  // The DataModule's prepare_data barrier, the log folder's agreement, the ranks' check of their options and
+  // model (rank_agreement.h), the parameters' broadcast, the Join check's batch counts (join needs no balancing
+  // collective).
+  ASSERT_EQ(steps, 5) << clean.outputs[0];
   for (const char* step : {"pre-run step 1: barrier prepare_data", "pre-run step 2: all_gather_bytes",
-                           "pre-run step 3: gradient sync set-up", "pre-run step 4: reduce"}) {
+                           "pre-run step 3: reduce", "pre-run step 4: gradient sync set-up",
+                           "pre-run step 5: reduce"}) {
     EXPECT_TRUE(contains(clean.outputs[0], step)) << clean.outputs[0];
   }
   for (int n = 1; n <= steps; ++n) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include <lightning_cpp/callbacks/model_checkpoint.h>
+#include <lightning_cpp/core/rank_zero.h>
 #include <lightning_cpp/plugins/launchers/subprocess_script.h>
 #include <lightning_cpp/plugins/strategies/ddp/ddp.h>
 #include <lightning_cpp/plugins/strategies/fsdp/fsdp.h>
@@ -114,14 +115,16 @@ bool process_alive(pid_t pid) { return ::kill(pid, 0) == 0; }
 
 }  // namespace
 
-// The launch line names the strategy that launches (ddp, and fsdp: it said
-// "strategy ddp" for both).
+// The launch line names the program and the strategy that launches (ddp, and
+// fsdp: it said "lightning-cpp: strategy ddp" for both).
 TEST(LocalSpawn, SupervisorLaunchesWorkersAndExitsZero) {
+  EXPECT_EQ(lt::program_name(), std::filesystem::path(lt::self_executable()).filename().string());
   for (const std::string strategy : {"ddp", "fsdp"}) {
     const std::string dir = out_dir("spawn_ok_" + strategy);
     auto r = run_supervisor(dir, {{"LT_DEVICES", "2"}, {"LT_STRATEGY", strategy}});
     EXPECT_TRUE(r.exit.ok()) << r.exit.describe() << "\n" << r.output;
-    EXPECT_NE(r.output.find("lightning-cpp: strategy " + strategy + ": launching 2 worker processes"),
+    // Begun with the program's own name (this test binary's), not the library's.
+    EXPECT_NE(r.output.find(lt::program_name() + ": strategy " + strategy + ": launching 2 worker processes"),
               std::string::npos) << r.output;
     if (r.exit.ok()) {
       auto p0 = load_tensors(dir + "/rank0.pt"), p1 = load_tensors(dir + "/rank1.pt");

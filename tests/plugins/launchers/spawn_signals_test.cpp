@@ -24,6 +24,7 @@
 
 #include <lightning_cpp/callbacks/lambda_callback.h>
 #include <lightning_cpp/core/checkpoint_io.h>
+#include <lightning_cpp/core/rank_zero.h>
 #include <lightning_cpp/core/signals.h>
 #include <lightning_cpp/core/state_dict.h>
 #include <lightning_cpp/plugins/strategies/ddp/ddp.h>
@@ -191,6 +192,9 @@ Supervised supervise(const fs::path& dir, const std::string& uneven, const std::
   return out;
 }
 
+// Where a stop on request writes its checkpoint: the run's version folder (the default logger's).
+fs::path interrupted_ckpt(const fs::path& dir) { return dir / "lightning_logs" / "version_0" / "interrupted.ckpt"; }
+
 int64_t read_step(const fs::path& path) {
   std::ifstream in(path);
   int64_t step = -1;
@@ -205,18 +209,21 @@ TEST_P(SignalToLauncher, EveryRankStopsAtOneStepAndRankZeroCheckpoints) {
   auto r = supervise(dir.path, GetParam(), [](pid_t supervisor, int) { kill(supervisor, SIGTERM); });
   ASSERT_TRUE(r.exited_in_time) << r.output;
   EXPECT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == lt::kExitStoppedOnRequest) << r.output;
-  // A stop on request, said as one: every rank names the checkpoint, the supervisor the exit code.
-  EXPECT_NE(r.output.find("lightning-cpp: strategy ddp: stopped on request"), std::string::npos) << r.output;
+  // A stop on request, said as one: every rank names the checkpoint, rank 0 alone how to resume, the
+  // supervisor (named as the program it is) the exit code.
+  EXPECT_NE(r.output.find(lt::program_name() + ": strategy ddp: stopped on request"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("exited with code"), std::string::npos) << r.output;
-  const std::string resume = "resume it with ckpt_path=" + (fs::absolute(dir.path) / "interrupted.ckpt").string();
+  const std::string ckpt_path = fs::absolute(interrupted_ckpt(dir.path)).lexically_normal().string();
   for (const char* log : {"rank0.log", "rank1.log"}) {  // the workers' output (worker_log_dir)
     const std::string text = read_file(dir.path / "logs" / log);
-    EXPECT_NE(text.find(resume), std::string::npos) << log << ":\n" << text;
+    EXPECT_NE(text.find(ckpt_path + " holds the run"), std::string::npos) << log << ":\n" << text;
+    const bool resume_line = text.find("resume it with ckpt_path=" + ckpt_path) != std::string::npos;
+    EXPECT_EQ(resume_line, std::string(log) == "rank0.log") << log << ":\n" << text;
   }
   const int64_t step0 = read_step(dir.path / "stopped0"), step1 = read_step(dir.path / "stopped1");
   EXPECT_GT(step0, 3) << r.output;
   EXPECT_EQ(step0, step1) << "the ranks stopped at different steps";
-  auto ckpt = lt::pickle_load_file((dir.path / "interrupted.ckpt").string()).toGenericDict();
+  auto ckpt = lt::pickle_load_file(interrupted_ckpt(dir.path).string()).toGenericDict();
   EXPECT_EQ(ckpt.at("global_step").toInt(), step0);
   // A local spawn listens on loopback only, if at all (gloo connects its
   // pairs during rendezvous; the store is a file in a private directory). A
@@ -242,7 +249,7 @@ TEST_P(SignalToLauncher, ResumedFromInterruptedCkptEqualsAnUninterruptedRun) {
   ASSERT_TRUE(r.exited_in_time && WIFEXITED(r.status) && WEXITSTATUS(r.status) == lt::kExitStoppedOnRequest)
       << r.output;
   const int64_t step = read_step(stopped / "stopped0");
-  auto ckpt = lt::pickle_load_file((stopped / "interrupted.ckpt").string()).toGenericDict();
+  auto ckpt = lt::pickle_load_file(interrupted_ckpt(stopped).string()).toGenericDict();
   const int64_t per_epoch = 8, max_epochs = 12;
   ASSERT_LT(step, per_epoch * max_epochs) << "stopped too late to compare";
   // Where in its epoch (8 iterations, the longest rank's under Join) the run stopped.
@@ -265,7 +272,7 @@ TEST_P(SignalToLauncher, ResumedFromInterruptedCkptEqualsAnUninterruptedRun) {
     return lt::tensor_list(lt::pickle_load_file((d / "weights").string()));
   };
   const auto a = run(straight, "");
-  const auto b = run(resumed, (stopped / "interrupted.ckpt").string());
+  const auto b = run(resumed, interrupted_ckpt(stopped).string());
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(a[i].equal(b[i])) << "parameter " << i << " (stopped at " << step << ")";
 }
@@ -285,7 +292,7 @@ TEST(Signals, OneCtrlCOnATerminalStopsALocalSpawnGracefully) {
   const int64_t step0 = read_step(dir.path / "stopped0"), step1 = read_step(dir.path / "stopped1");
   EXPECT_GT(step0, 3) << r.output;
   EXPECT_EQ(step0, step1) << "the ranks stopped at different steps";
-  EXPECT_TRUE(fs::exists(dir.path / "interrupted.ckpt")) << r.output;
+  EXPECT_TRUE(fs::exists(interrupted_ckpt(dir.path))) << r.output;
 }
 
 // A closed terminal (SIGHUP) stops the run as SIGTERM does, and the
@@ -296,7 +303,7 @@ TEST(Signals, SighupStopsGracefullyAndRemovesTheRendezvousDirectory) {
   ASSERT_TRUE(r.exited_in_time) << r.output;
   EXPECT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == lt::kExitStoppedOnRequest) << r.output;
   EXPECT_EQ(read_step(dir.path / "stopped0"), read_step(dir.path / "stopped1"));
-  EXPECT_TRUE(fs::exists(dir.path / "interrupted.ckpt")) << r.output;
+  EXPECT_TRUE(fs::exists(interrupted_ckpt(dir.path))) << r.output;
   const size_t at = r.output.find("(store ");
   ASSERT_NE(at, std::string::npos) << r.output;
   const fs::path store = r.output.substr(at + 7, r.output.find(')', at) - at - 7);
