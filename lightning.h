@@ -28,6 +28,7 @@
 #include <lightning_cpp/core/data_module.h>
 #include <lightning_cpp/core/deferred_tensor.h>
 #include <lightning_cpp/core/fused_optimizer.h>
+#include <lightning_cpp/core/grad_norm.h>
 #include <lightning_cpp/core/lightning_module.h>
 #include <lightning_cpp/core/optimizer_state.h>
 #include <lightning_cpp/core/rank_zero.h>

@@ -103,6 +103,9 @@ RunObjects build_run(const ConfigNode& resolved, const Registry& registry, const
     run.trainer.logger(std::make_shared<LoggerCollection>(std::move(loggers)));
   }
   run.trainer.strategy(build_class<Strategy>(*resolved.find("strategy"), "strategy", registry, &run.trainer));
+  if (const ConfigNode& scheduler = *resolved.find("lr_scheduler"); scheduler.is_map()) {
+    run.trainer.lr_scheduler(build_class<LRSchedulerSpec>(scheduler, "lr_scheduler", registry, &run.trainer));
+  }
   run.fit_loop = build_class<FitLoop>(*resolved.find("fit_loop"), "fit_loop", registry, &run.trainer);
   run.model = build_class<LightningModule>(*resolved.find("model"), "model", registry, &run.trainer);
   run.data = build_class<DataModule>(*resolved.find("data"), "data", registry, &run.trainer);

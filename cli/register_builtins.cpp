@@ -1,6 +1,7 @@
 #include <lightning_cpp/cli/register_builtins.h>
 
 #include <lightning_cpp/callbacks/registration.h>
+#include <lightning_cpp/core/lr_scheduler.h>
 #include <lightning_cpp/core/registry.h>
 #include <lightning_cpp/loggers/registration.h>
 #include <lightning_cpp/loops/registration.h>
@@ -13,6 +14,7 @@ void register_builtins(Registry& registry) {
   register_builtin_callbacks(registry);
   register_builtin_loggers(registry);
   register_builtin_loops(registry);
+  register_builtin_lr_schedulers(registry);
 }
 
 Registry& Registry::global() {

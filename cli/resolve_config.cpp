@@ -183,6 +183,11 @@ ConfigNode resolve_config(const ConfigNode& config, const Registry& registry, co
 
   lift_strategy_aliases(out, strategy);
 
+  const ConfigNode* scheduler = root.find("lr_scheduler");
+  out.set("lr_scheduler", scheduler == nullptr || scheduler->is_null()
+                              ? ConfigNode::null()
+                              : resolve_class<LRSchedulerSpec>(*scheduler, "lr_scheduler", registry));
+
   const ConfigNode* loop = root.find("fit_loop");
   out.set("fit_loop", resolve_class<FitLoop>(loop && !loop->is_null() ? *loop : ConfigNode::scalar("FitLoop"),
                                              "fit_loop", registry));

@@ -22,8 +22,6 @@ namespace lt {
 class Strategy;
 struct RunState;
 
-enum class Interval { kStep, kEpoch };
-
 struct OptimizerConfig {
   OptimizerConfig() = default;
   // Implicit on purpose: `return std::make_shared<torch::optim::SGD>(...);`
@@ -46,6 +44,11 @@ struct OptimizerConfig {
   std::shared_ptr<LRScheduler> lr_scheduler;
   Interval interval = Interval::kEpoch;
   int64_t frequency = 1;
+  // The logged metric a scheduler that follows one (ReduceLROnPlateau) is
+  // stepped with, as Lightning's lr_scheduler "monitor"; `strict`: a step
+  // without it logged is an error (else a warning, and no step).
+  std::string monitor;
+  bool strict = true;
   // Every optimizer, the first included (the Trainer fills in whichever of
   // optimizer and optimizers was left empty).
   std::vector<std::shared_ptr<torch::optim::Optimizer>> optimizers;

@@ -35,6 +35,7 @@ class Callback;
 class Logger;
 class Strategy;
 class FitLoop;
+struct LRSchedulerSpec;
 struct TrainerOptions;
 
 // -- init-args schema -----------------------------------------------------------
@@ -146,7 +147,8 @@ struct RegistryEntry {
   X(Callback, "callback", "Callbacks")         \
   X(Logger, "logger", "Loggers")               \
   X(Strategy, "strategy", "Strategies")        \
-  X(FitLoop, "loop", "Loops")
+  X(FitLoop, "loop", "Loops")                  \
+  X(LRSchedulerSpec, "lr_scheduler", "Learning-rate schedulers")
 
 template <typename T>
 struct RegistryKind;

@@ -1,5 +1,6 @@
 #include <lightning_cpp/core/strategy.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include <c10/core/impl/VirtualGuardImpl.h>
@@ -97,6 +98,10 @@ OptimizerConfig Strategy::setup_optimizers(LightningModule& module) {
                  "returned ", config.optimizers.size(), " optimizers: training with several optimizers needs manual ",
                  "optimization (set_automatic_optimization(false), then optimizer(i) in training_step), as Lightning");
   config.frequency = std::max<int64_t>(config.frequency, 1);
+  LT_CHECK_VALUE(config.lr_scheduler == nullptr || !config.lr_scheduler->monitors_metric() || !config.monitor.empty(),
+                 "configure_optimizers(): the scheduler follows a metric (ReduceLROnPlateau): set the ",
+                 "OptimizerConfig's monitor to the logged metric it follows (Lightning's lr_scheduler \"monitor\"), ",
+                 "e.g. val_loss");
   return config;
 }
 
@@ -128,6 +133,32 @@ void Strategy::clip_gradients(torch::optim::Optimizer& optimizer, double clip_va
   } else {
     torch::nn::utils::clip_grad_value_(params, clip_val);
   }
+}
+
+double gradient_norm_of(const std::vector<torch::Tensor>& grads, double norm_type,
+                        const std::function<double(double, bool)>& combine) {
+  LT_CHECK_VALUE(norm_type > 0.0, "gradient norm: norm_type must be > 0 (or infinity), got ", norm_type);
+  const bool inf = std::isinf(norm_type);
+  double partial = 0.0;  // the largest |g| (inf) or the sum of |g|^p
+  {
+    torch::NoGradGuard no_grad;
+    for (const auto& g : grads) {
+      const torch::Tensor a = g.detach().abs().to(torch::kDouble);
+      partial = inf ? std::max(partial, a.max().item<double>()) : partial + a.pow(norm_type).sum().item<double>();
+    }
+  }
+  const double total = combine ? combine(partial, inf) : partial;
+  return inf ? total : std::pow(total, 1.0 / norm_type);
+}
+
+double Strategy::gradient_norm(torch::optim::Optimizer& optimizer, double norm_type) {
+  std::vector<torch::Tensor> grads;
+  for (auto& group : optimizer.param_groups()) {
+    for (auto& p : group.params()) {
+      if (p.grad().defined()) grads.push_back(p.grad());
+    }
+  }
+  return gradient_norm_of(grads, norm_type, nullptr);
 }
 
 bool Strategy::all_finite(const std::vector<torch::Tensor>& tensors) {

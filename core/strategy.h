@@ -133,6 +133,12 @@ struct FeatureSet {
 // then lands on its own GPU, not on GPU 0.
 void set_current_device(const torch::Device& device);
 
+// The norm_type-norm of `grads`: this rank's sum of |g|^p (or largest |g|,
+// `inf`) through `combine` (another rank's parts added; null: none), then
+// the p-th root. For a strategy's gradient_norm.
+double gradient_norm_of(const std::vector<torch::Tensor>& grads, double norm_type,
+                        const std::function<double(double partial, bool inf)>& combine);
+
 class Strategy {
  public:
   virtual ~Strategy() = default;
@@ -218,6 +224,10 @@ class Strategy {
   // Clips the gradients of the optimizer's parameters: by their global norm
   // (over every rank's part) or by value. clip_val <= 0: nothing.
   virtual void clip_gradients(torch::optim::Optimizer& optimizer, double clip_val, GradientClipAlgorithm algorithm);
+  // The norm_type-norm (p > 0, or infinity) of all the gradients the
+  // optimizer steps with, over every rank's part where shards hold them
+  // (fsdp, a collective on every rank); here, this rank's. 0 before any.
+  virtual double gradient_norm(torch::optim::Optimizer& optimizer, double norm_type = 2.0);
   // Whether every tensor is finite (NaN and infinities), decided alike on
   // every rank: where ranks hold different gradients or losses, all ranks
   // learn whether any found one.

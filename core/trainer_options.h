@@ -23,6 +23,7 @@ class Logger;
 class Precision;
 class Profiler;
 class Strategy;
+struct LRSchedulerSpec;
 
 enum class GradientClipAlgorithm { kNorm, kValue };
 

@@ -56,6 +56,10 @@ void dump_training_state(StateDict& ckpt, Strategy& strategy, LightningModule& m
                        optim.interval == Interval::kEpoch &&
                        (state.current_epoch + 1) % std::max<int64_t>(optim.frequency, 1) == 0;
   ckpt.insert("lr_scheduler_epoch_step_pending", pending);
+  // A scheduler that follows a metric takes that step with the metric's value at the checkpoint.
+  if (pending && optim.lr_scheduler->monitors_metric() && state.callback_metrics.count(optim.monitor) != 0) {
+    ckpt.insert("lr_scheduler_epoch_step_metric", state.callback_metrics.at(optim.monitor));
+  }
 }
 
 StateDict restore_training_state(const c10::IValue& loaded, const std::string& path, Strategy& strategy,
@@ -81,7 +85,11 @@ StateDict restore_training_state(const c10::IValue& loaded, const std::string& p
   if (optim.lr_scheduler && raw.contains("lr_scheduler")) {
     optim.lr_scheduler->load_state_dict(to_state(raw.at("lr_scheduler")));
     if (raw.contains("lr_scheduler_epoch_step_pending") && raw.at("lr_scheduler_epoch_step_pending").toBool()) {
-      optim.lr_scheduler->step();
+      if (!optim.lr_scheduler->monitors_metric()) {
+        optim.lr_scheduler->step();
+      } else if (raw.contains("lr_scheduler_epoch_step_metric")) {
+        optim.lr_scheduler->step(raw.at("lr_scheduler_epoch_step_metric").toDouble());
+      }
     }
   }
   if (const std::string key = strategy.precision().state_key(); raw.contains(key)) {

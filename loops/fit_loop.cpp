@@ -55,7 +55,7 @@ void FitLoop::run(LoopContext& ctx, DataLoader& train, DataLoader* val) {
     ctx.module.on_train_epoch_end();
     ctx.log_metrics(results.take_epoch_metrics(true));
     ctx.hooks.call(&Callback::on_train_epoch_end);
-    step_scheduler(*ctx.optim, Interval::kEpoch, ctx.state.current_epoch + 1);
+    step_scheduler(*ctx.optim, Interval::kEpoch, ctx.state.current_epoch + 1, ctx.state.callback_metrics);
     ++ctx.state.current_epoch;
     ctx.state.epoch_ended = false;
   }

@@ -370,6 +370,17 @@ void Trainer::fit_stage(const std::shared_ptr<LightningModule>& module, const st
     prepare_loader(train, Stage::kTrain);
     prepare_loader(val, Stage::kValidate);
     optim_ = strategy_->setup_optimizers(*module);
+    if (const auto& spec = options_.lr_scheduler()) {
+      // The config's scheduler replaces the module's, as LightningCLI's configure_optimizers does.
+      if (optim_.lr_scheduler != nullptr) {
+        rank_zero_warn("the lr_scheduler of the config replaces the one configure_optimizers returned");
+      }
+      optim_.lr_scheduler = spec->make(*optim_.optimizer);
+      optim_.interval = spec->interval;
+      optim_.frequency = spec->frequency;
+      optim_.monitor = spec->monitor;
+      optim_.strict = spec->strict;
+    }
 
     FeatureSet features;
     features.options = &options_;

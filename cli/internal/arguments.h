@@ -15,7 +15,7 @@ namespace lt::cli::detail {
 // The config's top-level keys, and the subcommands that read a config.
 inline const std::vector<std::string> kTopLevelKeys = {"seed_everything", "trainer",  "model",     "data",
                                                        "callbacks",       "logger",   "strategy",  "fit_loop",
-                                                       "ckpt_path",       "plugins"};
+                                                       "ckpt_path",       "plugins",  "lr_scheduler"};
 inline const std::vector<std::string> kSubcommands = {"fit", "validate", "test", "predict"};
 
 // Throws lt::ValueError "<source>: <path>: <problem>".

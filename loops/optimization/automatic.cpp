@@ -11,10 +11,21 @@
 
 namespace lt {
 
-void step_scheduler(OptimizerConfig& config, Interval interval, int64_t counter) {
-  if (config.lr_scheduler && config.interval == interval && counter % config.frequency == 0) {
-    config.lr_scheduler->step();
-  }
+void step_scheduler(OptimizerConfig& config, Interval interval, int64_t counter,
+                    const std::map<std::string, double>& metrics) {
+  if (!config.lr_scheduler || config.interval != interval || counter % config.frequency != 0) return;
+  if (!config.lr_scheduler->monitors_metric()) return config.lr_scheduler->step();
+  const auto it = metrics.find(config.monitor);
+  if (it != metrics.end()) return config.lr_scheduler->step(it->second);
+  std::string logged;
+  for (const auto& [key, value] : metrics) logged += (logged.empty() ? "" : ", ") + key;
+  const std::string message =
+      c10::str("the learning-rate scheduler follows '", config.monitor, "', which is not among the logged metrics (",
+               logged.empty() ? std::string("none") : logged, ") at this ",
+               interval == Interval::kStep ? "step" : "epoch", "'s end; log it, or set the OptimizerConfig's monitor ",
+               "to one of them");
+  LT_CHECK_VALUE(!config.strict, message);
+  rank_zero_warn(message, " (strict false: the scheduler does not step)");
 }
 
 torch::Tensor AutomaticOptimization::run(LoopContext& ctx, const Batch& batch, int64_t batch_idx, bool window_end) {
@@ -132,7 +143,7 @@ void AutomaticOptimization::optimizer_step(LoopContext& ctx) {
   ctx.module.on_before_zero_grad(optimizer);
   optimizer.zero_grad();
   ++ctx.state.global_step;
-  step_scheduler(*ctx.optim, Interval::kStep, ctx.state.global_step);
+  step_scheduler(*ctx.optim, Interval::kStep, ctx.state.global_step, ctx.state.callback_metrics);
 }
 
 }  // namespace lt

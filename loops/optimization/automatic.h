@@ -50,6 +50,7 @@ std::optional<std::string> first_nonfinite_gradient(const torch::nn::Module& mod
                                                     torch::optim::Optimizer& optimizer);
 
 // Runs the per-step LR scheduler if its frequency says so.
-void step_scheduler(OptimizerConfig& config, Interval interval, int64_t counter);
+void step_scheduler(OptimizerConfig& config, Interval interval, int64_t counter,
+                    const std::map<std::string, double>& metrics);
 
 }  // namespace lt

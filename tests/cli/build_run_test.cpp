@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <algorithm>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -21,6 +22,7 @@
 #include <lightning_cpp/core/registry.h>
 #include <lightning_cpp/data/fashion_mnist.h>
 #include <lightning_cpp/core/checkpoint_io.h>
+#include <lightning_cpp/core/lr_scheduler.h>
 #include <lightning_cpp/trainer/trainer.h>
 
 #include "fashion_mnist/fashion_mnist.h"
@@ -191,6 +193,54 @@ TEST_F(CliTest, LoggerFalseLogsNothing) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_FALSE(fs::exists(dir_ / "lightning_logs"));
   EXPECT_EQ(listing(), (std::vector<std::string>{"a.yaml", "config.yaml"})) << "config.yaml in the log_dir, the root";
+}
+
+
+// lr_scheduler: LightningCLI's top-level section: a registered scheduler made
+// on the module's optimizer, stepped per step here, after a linear warm-up;
+// LearningRateMonitor's rates are those of the same schedule built in C++
+// (itself equal to PyTorch's: LRSchedulers.*).
+TEST_F(CliTest, AnLrSchedulerFromYamlStepsTheModulesOptimizer) {
+  const std::string a = write(
+      "a.yaml",
+      "model: {class_path: TinyNet, init_args: {lr: 0.05}}\ndata: TinyData\n"
+      "trainer: {max_epochs: 2, log_every_n_steps: 1, enable_progress_bar: false, enable_checkpointing: false}\n"
+      "callbacks: [{class_path: LearningRateMonitor, init_args: {logging_interval: step}}]\n"
+      "lr_scheduler:\n  class_path: CosineAnnealingLR\n"
+      "  init_args: {T_max: 6, eta_min: 0.001, interval: step, warmup_iters: 2, warmup_start_factor: 0.5}\n");
+  const CliResult r = cli({"fit", "--config", a});
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::ifstream csv(dir_ / "lightning_logs" / "version_0" / "metrics.csv");
+  std::string line;
+  ASSERT_TRUE(std::getline(csv, line));
+  std::vector<std::string> keys;
+  for (std::stringstream header(line); std::getline(header, line, ',');) keys.push_back(line);
+  const size_t column = std::find(keys.begin(), keys.end(), "lr-SGD") - keys.begin();
+  ASSERT_LT(column, keys.size()) << "no lr-SGD column";
+  std::vector<double> logged;
+  while (std::getline(csv, line)) {
+    std::vector<std::string> fields;
+    for (std::stringstream row(line); std::getline(row, line, ',');) fields.push_back(line);
+    if (column < fields.size() && !fields[column].empty()) logged.push_back(std::stod(fields[column]));
+  }
+  ASSERT_GE(logged.size(), 4u);
+  auto p = torch::zeros({1}, torch::requires_grad());
+  torch::optim::SGD sgd({p}, torch::optim::SGDOptions(0.05));
+  lt::SequentialLR schedule(sgd, {std::make_shared<lt::LinearLR>(sgd, 0.5, 1.0, 2),
+                                  std::make_shared<lt::CosineAnnealingLR>(sgd, 6, 0.001)},
+                            {2});
+  for (size_t i = 0; i < logged.size(); ++i) {
+    EXPECT_NEAR(logged[i], lt::get_lr(sgd.param_groups()[0]), 1e-9) << "step " << i;
+    schedule.step();
+  }
+  // A scheduler's required argument left out: a located error, nothing written.
+  fs::remove_all(dir_ / "lightning_logs");
+  fs::remove(a);
+  fs::remove(dir_ / "config.yaml");
+  const std::string bad = write("bad.yaml", "model: TinyNet\ndata: TinyData\nlr_scheduler: CosineAnnealingLR\n");
+  const CliResult e = cli({"fit", "--config", bad});
+  EXPECT_EQ(e.code, 2) << e.err;
+  EXPECT_NE(e.err.find("T_max"), std::string::npos) << e.err;
 }
 
 }  // namespace

@@ -73,7 +73,7 @@ TEST_F(CliTest, UnknownModelClassListsRegistered) {
 TEST_F(CliTest, UnknownTopLevelKey) {
   expect_config_error("trainers:\n  max_epochs: 1\nmodel: TinyNet\ndata: TinyData\n",
                       "{f}:1: trainers: unknown key; did you mean 'trainer'? (valid keys: seed_everything, trainer, model, "
-                      "data, callbacks, logger, strategy, fit_loop, ckpt_path, plugins)");
+                      "data, callbacks, logger, strategy, fit_loop, ckpt_path, plugins, lr_scheduler)");
 }
 
 TEST_F(CliTest, UnknownInitArg) {
@@ -147,7 +147,8 @@ TEST_F(CliTest, CommandLineOverrideIsChecked) {
 TEST_F(CliTest, CommandLineUnknownSection) {
   expect_config_error("model: TinyNet\ndata: TinyData\n",
                       "command line '--trainr.max_epochs=1': unknown key; did you mean 'trainer'? (valid keys: "
-                      "seed_everything, trainer, model, data, callbacks, logger, strategy, fit_loop, ckpt_path, plugins)",
+                      "seed_everything, trainer, model, data, callbacks, logger, strategy, fit_loop, ckpt_path, plugins, "
+                      "lr_scheduler)",
                       {"--trainr.max_epochs=1"});
 }
 

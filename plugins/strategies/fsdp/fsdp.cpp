@@ -467,16 +467,27 @@ void FSDPStrategy::clip_gradients(torch::optim::Optimizer& optimizer, double cli
     for (auto& grad : grads) grad.clamp_(-clip_val, clip_val);
     return;
   }
-  // The padding's gradient is zero: the sum of squares is the module's.
-  torch::Tensor squares = torch::zeros({}, torch::kDouble);
-  for (const auto& grad : grads) squares += grad.pow(2).sum().to(torch::kDouble);
-  // HYBRID_SHARD: every node holds the same chunks; the norm is one node's.
-  const double replicas = static_cast<double>(world_size() / flat->collectives().world_size());
-  const double total = std::sqrt(reduce(squares, ReduceOp::kSum).item<double>() / replicas);
+  const double total = gradient_norm(optimizer, 2.0);
   const double coef = clip_val / (total + 1e-6);
   if (coef < 1.0) {
     for (auto& grad : grads) grad.mul_(coef);
   }
+}
+
+double FSDPStrategy::gradient_norm(torch::optim::Optimizer& optimizer, double norm_type) {
+  FlatShard* flat = flat_shard();
+  if (flat == nullptr) return ParallelStrategy::gradient_norm(optimizer, norm_type);
+  // The module's gradients are the shards' (the padding's are zero); every rank adds its part.
+  std::vector<torch::Tensor> grads;
+  for (const auto& shard : flat->shards()) {
+    if (shard.grad().defined()) grads.push_back(shard.grad());
+  }
+  // HYBRID_SHARD: every node holds the same chunks; the norm is one node's.
+  const double replicas = static_cast<double>(world_size() / flat->collectives().world_size());
+  return gradient_norm_of(grads, norm_type, [this, replicas](double partial, bool inf) {
+    const torch::Tensor t = torch::tensor(partial, torch::kDouble);
+    return inf ? reduce(t, ReduceOp::kMax).item<double>() : reduce(t, ReduceOp::kSum).item<double>() / replicas;
+  });
 }
 
 bool FSDPStrategy::all_finite(const std::vector<torch::Tensor>& tensors) {

@@ -137,6 +137,8 @@ class FSDPStrategy : public ParallelStrategy {
   void clip_gradients(torch::optim::Optimizer& optimizer, double clip_val, GradientClipAlgorithm algorithm) override;
   // Sharded: decided alike (the ranks' gradients differ before the reduction).
   bool all_finite(const std::vector<torch::Tensor>& tensors) override;
+  // Over every rank's shard (a collective): the module's parameters hold no gradient here.
+  double gradient_norm(torch::optim::Optimizer& optimizer, double norm_type = 2.0) override;
   // full: global rank 0 writes the file while every rank sends it the
   // placeholders' values a unit at a time (collectives), then every rank
   // waits for it. sharded: the folder (see above); a rank that fails to write

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <filesystem>
 #include <iostream>
@@ -60,6 +61,60 @@ LT_TEST_WORKER(FsdpReduceDtype) {
 
 TEST(FsdpMixedPrecision, ReduceDtypeFloat16ReducesAsDdpsFp16CompressHook) {
   expect_workers_pass("FsdpReduceDtype", 2, std::chrono::seconds(90));
+}
+
+// lt::grad_norm under every strategy: the total norm of the gradients each
+// step (2-norm and infinity-norm), read in on_before_optimizer_step on 2 ranks
+// with 3 batches each, is ddp's under every sharding (within 1e-6: the shards'
+// partial sums add in another order). Under fsdp the module's parameters hold
+// no gradient (a user's own norm over them was 0.0): no per-parameter entries.
+LT_TEST_WORKER(FsdpGradNorm) {
+  const int rank = env_int("RANK");
+  struct Net : JoinNet {
+    using JoinNet::JoinNet;
+    void on_before_optimizer_step(torch::optim::Optimizer&) override {
+      const auto two = lt::grad_norm(*this, 2.0), inf = lt::grad_norm(*this, INFINITY);
+      totals.push_back(two.at("grad_2.0_norm_total"));
+      totals.push_back(inf.at("grad_inf_norm_total"));
+      per_parameter = two.size() - 1;
+      if (per_parameter > 0) {  // the module's own gradients: their norm is the total
+        double squares = 0;
+        for (const auto& [name, norm] : two) squares += name == "grad_2.0_norm_total" ? 0.0 : norm * norm;
+        own_total = std::sqrt(squares);
+      }
+    }
+    std::vector<double> totals;
+    size_t per_parameter = 0;
+    double own_total = -1;
+  };
+  auto train = [&](const std::shared_ptr<lt::Strategy>& strategy, bool units) {
+    auto model = std::make_shared<Net>(units);
+    lt::Trainer trainer(options(strategy, 2).max_epochs(1));
+    trainer.fit(model, rank_loader(rank, 3));
+    return model;
+  };
+  const auto reference = train(ddp(), false);
+  LT_WORKER_CHECK(reference->totals.size() == 6 && reference->totals[0] > 0, reference->totals.size());
+  LT_WORKER_CHECK(reference->per_parameter == 4, "ddp: per-parameter norms ", reference->per_parameter);
+  LT_WORKER_CHECK(std::abs(reference->own_total - reference->totals[4]) <= 1e-6 * reference->totals[4],
+                  "ddp: the parameters' norms give ", reference->own_total, ", the total is ", reference->totals[4]);
+  for (const auto sharding : {lt::ShardingStrategy::kShardGradOp, lt::ShardingStrategy::kFullShard}) {
+    fsdp()->options().sharding_strategy(sharding);
+    const auto sharded = train(fsdp(), sharding == lt::ShardingStrategy::kFullShard);
+    LT_WORKER_CHECK(sharded->per_parameter == 0, "fsdp: per-parameter norms ", sharded->per_parameter);
+    LT_WORKER_CHECK(sharded->totals.size() == reference->totals.size(), sharded->totals.size());
+    for (size_t i = 0; i < reference->totals.size(); ++i) {
+      const double want = reference->totals[i], got = sharded->totals[i];
+      LT_WORKER_CHECK(std::abs(got - want) <= 1e-6 * want, lt::OptionCodec<lt::ShardingStrategy>::show(sharding),
+                      ": step ", i / 2, (i % 2 == 0 ? " 2-norm " : " inf-norm "), got, ", ddp's ", want);
+    }
+  }
+  fsdp()->options().sharding_strategy(lt::ShardingStrategy::kShardGradOp);
+  return 0;
+}
+
+TEST(FsdpGradNorm, TheTotalNormIsDdpsUnderEverySharding) {
+  expect_workers_pass("FsdpGradNorm", 2, std::chrono::seconds(90));
 }
 
 // HYBRID_SHARD on ranks that are not laid out node by node (here rank 0 on
