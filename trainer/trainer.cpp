@@ -236,10 +236,11 @@ std::unique_ptr<Trainer::Run> Trainer::begin(const std::shared_ptr<LightningModu
                                              const std::string& ckpt_path) {
   // Resumed or evaluated from the earlier run's last or best checkpoint: its
   // logger folder is where they are (and where this run goes on logging).
-  if (options_.logger() && names_a_checkpoint(ckpt_path)) options_.logger()->continue_previous();
-  // A checkpoint in one of the logger's version folders (the path a stop on
-  // request printed): the run goes on logging there, one history.
-  if (options_.logger() && !names_a_checkpoint(ckpt_path) && !ckpt_path.empty()) {
+  if (options_.logger() && names_a_checkpoint(ckpt_path)) {
+    options_.logger()->continue_previous();
+  } else if (options_.logger() && !ckpt_path.empty()) {
+    // A checkpoint in one of the logger's version folders (the path a stop on
+    // request printed): the run goes on logging there, one history.
     options_.logger()->continue_version_of(ckpt_path);
   }
   if (!agreed_log_dir_ && strategy_->world_size() > 1) {

@@ -342,8 +342,8 @@ void CollectiveWatchdog::finish() {
     // This rank's part is done; what is lost is only the word of the others'
     // end (the store's host left: a rank that failed says so in its own exit).
     warn("rank ", rank_, " of ", world_size_, " finished the run, but lost the store before every rank said it had ",
-         "finished: ", one_line(error_message(e)), "; this rank's part succeeded, and each rank's own exit status ",
-         "says whether its did");
+         "finished: ", one_line(error_message(e)), "; this rank's part succeeded (each rank's own exit status says ",
+         "whether it did)");
   }
   const auto all = headline.empty() ? std::map<int64_t, std::string>{} : statuses();
   end_run();
