@@ -117,6 +117,60 @@ TEST(FsdpGradNorm, TheTotalNormIsDdpsUnderEverySharding) {
   expect_workers_pass("FsdpGradNorm", 2, std::chrono::seconds(90));
 }
 
+// A scheduler that also moves the momentum (OneCycleLR, per step) under
+// uneven inputs (3 and 5 batches, lockstep Join, 2 epochs: 10 steps on both
+// ranks): every rank ends at the schedule's last rate and momentum, and fsdp
+// ends with ddp's weights under both shardings (the shards' optimizer follows
+// the rates and momentum the scheduler sets).
+LT_TEST_WORKER(FsdpOneCycleUnderJoin) {
+  const int rank = env_int("RANK");
+  constexpr int64_t kSteps = 10;
+  struct Net : JoinNet {
+    using JoinNet::JoinNet;
+    lt::OptimizerConfig configure_optimizers() override {
+      auto sgd = std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
+      return lt::OptimizerConfig(sgd, std::make_shared<lt::OneCycleLR>(*sgd, lt::OneCycleLROptions(0.1, kSteps)),
+                                 lt::Interval::kStep);
+    }
+    void on_train_end() override {
+      auto& options = static_cast<torch::optim::SGDOptions&>(optimizer().param_groups()[0].options());
+      lr = options.lr();
+      momentum = options.momentum();
+    }
+    double lr = -1, momentum = -1;
+  };
+  auto train = [&](const std::shared_ptr<lt::Strategy>& strategy, bool units) {
+    auto model = std::make_shared<Net>(units);
+    lt::Trainer trainer(options(strategy, 2).max_epochs(2));
+    trainer.fit(model, rank_loader(rank, rank == 0 ? 3 : 5));
+    LT_WORKER_CHECK(trainer.global_step() == kSteps, trainer.global_step());
+    return model;
+  };
+  auto p = torch::zeros({1}, torch::requires_grad());
+  torch::optim::SGD sgd({p}, torch::optim::SGDOptions(0.01).momentum(0.9));
+  lt::OneCycleLR schedule(sgd, lt::OneCycleLROptions(0.1, kSteps));
+  for (int64_t i = 0; i < kSteps; ++i) schedule.step();
+  const double lr = lt::get_lr(sgd.param_groups()[0]);
+  const double momentum = static_cast<torch::optim::SGDOptions&>(sgd.param_groups()[0].options()).momentum();
+  const auto reference = train(ddp(), false);
+  LT_WORKER_CHECK(reference->lr == lr && reference->momentum == momentum, "ddp: lr ", reference->lr, " momentum ",
+                  reference->momentum, ", the schedule's ", lr, " ", momentum);
+  for (const auto sharding : {lt::ShardingStrategy::kShardGradOp, lt::ShardingStrategy::kFullShard}) {
+    fsdp()->options().sharding_strategy(sharding);
+    const auto sharded = train(fsdp(), sharding == lt::ShardingStrategy::kFullShard);
+    LT_WORKER_CHECK(sharded->lr == lr && sharded->momentum == momentum, "fsdp: lr ", sharded->lr);
+    const double differ = (sharded->flat() - reference->flat()).abs().max().item<double>();
+    LT_WORKER_CHECK(differ <= 1e-6, lt::OptionCodec<lt::ShardingStrategy>::show(sharding), " differs from ddp by ",
+                    differ);
+  }
+  fsdp()->options().sharding_strategy(lt::ShardingStrategy::kShardGradOp);
+  return 0;
+}
+
+TEST(FsdpSchedulers, OneCycleUnderJoinEndsAtTheSchedulesRateAndDdpsWeights) {
+  expect_workers_pass("FsdpOneCycleUnderJoin", 2, std::chrono::seconds(90));
+}
+
 // HYBRID_SHARD on ranks that are not laid out node by node (here rank 0 on
 // node 1 and rank 1 on node 0) is refused on every rank, naming the layout.
 LT_TEST_WORKER(FsdpHybridLayoutRefused) {
