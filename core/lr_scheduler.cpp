@@ -18,6 +18,14 @@ std::vector<double> per_group(const std::vector<double>& values, size_t groups, 
   return values.size() == 1 ? std::vector<double>(groups, values.front()) : values;
 }
 
+// From each base rate to eta_min along half a cosine: step t of `period`.
+std::vector<double> cosine_lrs(const std::vector<double>& base_lrs, double eta_min, int64_t t, int64_t period) {
+  const double c = 1.0 + std::cos(kPi * static_cast<double>(t) / static_cast<double>(period));
+  std::vector<double> out;
+  for (double base : base_lrs) out.push_back(eta_min + (base - eta_min) * c / 2.0);
+  return out;
+}
+
 // Adam's and AdamW's beta1, or SGD's momentum: what OneCycleLR cycles. Null where the optimizer has neither.
 template <typename Fn>
 bool with_momentum(torch::optim::OptimizerOptions& options, Fn&& fn) {
@@ -73,6 +81,12 @@ void LRScheduler::apply() {
   for (size_t i = 0; i < groups.size(); ++i) set_lr(groups[i], lrs[i]);
 }
 
+std::vector<double> LRScheduler::scaled_base_lrs(double factor) const {
+  std::vector<double> out;
+  for (double base : base_lrs_) out.push_back(base * factor);
+  return out;
+}
+
 std::vector<double> LRScheduler::get_last_lr() const {
   std::vector<double> out;
   for (auto& group : optimizer_.param_groups()) out.push_back(get_lr(group));
@@ -100,10 +114,7 @@ StepLR::StepLR(torch::optim::Optimizer& optimizer, int64_t step_size, double gam
 }
 
 std::vector<double> StepLR::compute_lrs() const {
-  std::vector<double> out;
-  const double factor = std::pow(gamma_, static_cast<double>(last_epoch() / step_size_));
-  for (double base : base_lrs()) out.push_back(base * factor);
-  return out;
+  return scaled_base_lrs(std::pow(gamma_, static_cast<double>(last_epoch() / step_size_)));
 }
 
 MultiStepLR::MultiStepLR(torch::optim::Optimizer& optimizer, std::vector<int64_t> milestones, double gamma)
@@ -114,10 +125,7 @@ MultiStepLR::MultiStepLR(torch::optim::Optimizer& optimizer, std::vector<int64_t
 
 std::vector<double> MultiStepLR::compute_lrs() const {
   const auto passed = std::upper_bound(milestones_.begin(), milestones_.end(), last_epoch()) - milestones_.begin();
-  const double factor = std::pow(gamma_, static_cast<double>(passed));
-  std::vector<double> out;
-  for (double base : base_lrs()) out.push_back(base * factor);
-  return out;
+  return scaled_base_lrs(std::pow(gamma_, static_cast<double>(passed)));
 }
 
 ExponentialLR::ExponentialLR(torch::optim::Optimizer& optimizer, double gamma)
@@ -126,10 +134,7 @@ ExponentialLR::ExponentialLR(torch::optim::Optimizer& optimizer, double gamma)
 }
 
 std::vector<double> ExponentialLR::compute_lrs() const {
-  const double factor = std::pow(gamma_, static_cast<double>(last_epoch()));
-  std::vector<double> out;
-  for (double base : base_lrs()) out.push_back(base * factor);
-  return out;
+  return scaled_base_lrs(std::pow(gamma_, static_cast<double>(last_epoch())));
 }
 
 LambdaLR::LambdaLR(torch::optim::Optimizer& optimizer, std::function<double(int64_t)> factor)
@@ -155,10 +160,7 @@ LinearLR::LinearLR(torch::optim::Optimizer& optimizer, double start_factor, doub
 
 std::vector<double> LinearLR::compute_lrs() const {
   const double done = static_cast<double>(std::min(total_iters_, last_epoch())) / static_cast<double>(total_iters_);
-  const double factor = start_factor_ + (end_factor_ - start_factor_) * done;
-  std::vector<double> out;
-  for (double base : base_lrs()) out.push_back(base * factor);
-  return out;
+  return scaled_base_lrs(start_factor_ + (end_factor_ - start_factor_) * done);
 }
 
 CosineAnnealingLR::CosineAnnealingLR(torch::optim::Optimizer& optimizer, int64_t T_max, double eta_min)
@@ -168,10 +170,7 @@ CosineAnnealingLR::CosineAnnealingLR(torch::optim::Optimizer& optimizer, int64_t
 }
 
 std::vector<double> CosineAnnealingLR::compute_lrs() const {
-  const double c = 1.0 + std::cos(kPi * static_cast<double>(last_epoch()) / static_cast<double>(t_max_));
-  std::vector<double> out;
-  for (double base : base_lrs()) out.push_back(eta_min_ + (base - eta_min_) * c / 2.0);
-  return out;
+  return cosine_lrs(base_lrs(), eta_min_, last_epoch(), t_max_);
 }
 
 CosineAnnealingWarmRestarts::CosineAnnealingWarmRestarts(torch::optim::Optimizer& optimizer, int64_t T_0,
@@ -189,10 +188,7 @@ std::vector<double> CosineAnnealingWarmRestarts::compute_lrs() const {
     t_cur -= t_i;
     t_i *= t_mult_;
   }
-  const double c = 1.0 + std::cos(kPi * static_cast<double>(t_cur) / static_cast<double>(t_i));
-  std::vector<double> out;
-  for (double base : base_lrs()) out.push_back(eta_min_ + (base - eta_min_) * c / 2.0);
-  return out;
+  return cosine_lrs(base_lrs(), eta_min_, t_cur, t_i);
 }
 
 OneCycleLR::OneCycleLR(torch::optim::Optimizer& optimizer, OneCycleLROptions options)

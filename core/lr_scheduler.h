@@ -68,6 +68,8 @@ class LRScheduler {
   // made. A scheduler's constructor calls it last.
   void initial_step() { apply(); }
   const std::vector<double>& base_lrs() const { return base_lrs_; }
+  // Each base rate times `factor` (a schedule that scales them alike).
+  std::vector<double> scaled_base_lrs(double factor) const;
   torch::optim::Optimizer& optimizer() const { return optimizer_; }
   int64_t last_epoch_ = 0;  // steps taken
 
@@ -249,7 +251,7 @@ struct ReduceLROnPlateauOptions {
 };
 
 // Lowers the rate when a metric stops improving; stepped with the metric
-// (OptimizerConfig::monitor names it: val_loss by default for the Trainer).
+// OptimizerConfig::monitor names (YAML's lr_scheduler: val_loss by default).
 class ReduceLROnPlateau : public LRScheduler {
  public:
   explicit ReduceLROnPlateau(torch::optim::Optimizer& optimizer, ReduceLROnPlateauOptions options = {});

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <regex>
 #include <string>
 #include <system_error>
@@ -39,6 +40,16 @@ int64_t VersionFolder::version() const {
   return *version_;
 }
 
+namespace {
+// N of a folder named version_N; nullopt for any other name.
+std::optional<int64_t> version_of_folder(const std::string& folder) {
+  static const std::regex kVersion(R"(version_(\d+))");
+  std::smatch m;
+  if (!std::regex_match(folder, m, kVersion)) return std::nullopt;
+  return std::stoll(m[1]);
+}
+}  // namespace
+
 std::string VersionFolder::path() const {
   return (std::filesystem::path(save_dir_) / name_ / ("version_" + std::to_string(version()))).string();
 }
@@ -49,18 +60,16 @@ void VersionFolder::continue_previous() {
 
 bool VersionFolder::continue_version_of(const std::string& checkpoint) {
   if (version_) return false;
-  std::error_code ec;
-  const fs::path root = fs::weakly_canonical(fs::path(save_dir_) / name_, ec);
-  const fs::path file = fs::weakly_canonical(checkpoint, ec);
-  if (ec) return false;
+  std::error_code root_error, file_error;
+  const fs::path root = fs::weakly_canonical(fs::path(save_dir_) / name_, root_error);
+  const fs::path file = fs::weakly_canonical(checkpoint, file_error);
+  if (root_error || file_error) return false;
   // The checkpoint's path below <save_dir>/<name>: version_N/...
   const fs::path below = file.lexically_relative(root);
-  if (below.empty() || *below.begin() == "..") return false;
-  static const std::regex kVersion(R"(version_(\d+))");
-  std::smatch m;
-  const std::string folder = below.begin()->string();
-  if (std::distance(below.begin(), below.end()) < 2 || !std::regex_match(folder, m, kVersion)) return false;
-  version_ = std::stoll(m[1]);
+  if (below.empty() || std::distance(below.begin(), below.end()) < 2) return false;
+  const std::optional<int64_t> version = version_of_folder(below.begin()->string());
+  if (!version) return false;
+  version_ = version;
   return true;
 }
 
@@ -68,13 +77,9 @@ int64_t newest_version(const std::string& save_dir, const std::string& name) {
   const fs::path root = fs::path(save_dir) / name;
   int64_t newest = -1;
   std::error_code ec;
-  static const std::regex kVersion(R"(version_(\d+))");
   for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
-    std::smatch m;
-    const std::string folder = it->path().filename().string();
-    if (it->is_directory() && std::regex_match(folder, m, kVersion)) {
-      newest = std::max<int64_t>(newest, std::stoll(m[1]));
-    }
+    if (!it->is_directory()) continue;
+    if (const auto version = version_of_folder(it->path().filename().string())) newest = std::max(newest, *version);
   }
   return newest;
 }
