@@ -14,6 +14,7 @@
 // distributed layer under plugins/distributed, DDP's Reducer wrapper) are for
 // those who write a strategy; a training program needs none of them.
 
+#include <lightning_cpp/callbacks/device_stats_monitor.h>
 #include <lightning_cpp/callbacks/early_stopping.h>
 #include <lightning_cpp/callbacks/gradient_accumulation_scheduler.h>
 #include <lightning_cpp/callbacks/lambda_callback.h>
@@ -21,6 +22,7 @@
 #include <lightning_cpp/callbacks/model_checkpoint.h>
 #include <lightning_cpp/callbacks/model_summary.h>
 #include <lightning_cpp/callbacks/progress_bar.h>
+#include <lightning_cpp/callbacks/throughput_monitor.h>
 #include <lightning_cpp/callbacks/timer.h>
 #include <lightning_cpp/cli/cli.h>
 #include <lightning_cpp/core/check.h>
@@ -35,6 +37,7 @@
 #include <lightning_cpp/core/registry.h>
 #include <lightning_cpp/core/signals.h>
 #include <lightning_cpp/core/state_dict.h>
+#include <lightning_cpp/core/throughput.h>
 #include <lightning_cpp/core/version.h>
 #include <lightning_cpp/data/batch_sampler.h>
 #include <lightning_cpp/data/collate.h>
@@ -55,3 +58,4 @@
 #include <lightning_cpp/plugins/strategies/fsdp/fsdp.h>
 #include <lightning_cpp/plugins/strategies/single_device.h>
 #include <lightning_cpp/trainer/trainer.h>
+#include <lightning_cpp/tuner/tuning.h>

@@ -5,8 +5,6 @@
 
 #include <unistd.h>
 
-#include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <initializer_list>
 #include <sstream>
@@ -16,6 +14,7 @@
 
 #include <lightning_cpp/core/blas.h>
 #include <lightning_cpp/core/cpu.h>
+#include <lightning_cpp/core/throughput.h>
 
 namespace lt::bench {
 
@@ -36,19 +35,9 @@ inline std::string machine() {
   return out.str();
 }
 
-// sgemm 1024^3 in GFLOP/s (torch::mm, the intra-op threads as set), best of 5.
-inline double sgemm_gflops() {
-  const auto a = torch::randn({1024, 1024}), b = torch::randn({1024, 1024});
-  auto c = torch::empty({1024, 1024});
-  double best = 0;
-  for (int r = 0; r < 5; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < 4; ++i) torch::mm_out(c, a, b);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    best = std::max(best, 4 * 2.0 * 1024 * 1024 * 1024 / s / 1e9);
-  }
-  return best;
-}
+// sgemm 1024^3 in GFLOP/s (torch::mm, the intra-op threads as set), best of
+// 5: the rate ThroughputMonitor's MFU divides by on the CPU (core/throughput.h).
+inline double sgemm_gflops() { return lt::measure_matmul_flops(torch::kCPU, torch::kFloat) / 1e9; }
 
 // FLOPs of one training step of an MLP with these layer widths: forward
 // 2 * batch * weights, backward twice that.

@@ -1,11 +1,13 @@
 #include <lightning_cpp/callbacks/registration.h>
 
+#include <lightning_cpp/callbacks/device_stats_monitor.h>
 #include <lightning_cpp/callbacks/early_stopping.h>
 #include <lightning_cpp/callbacks/gradient_accumulation_scheduler.h>
 #include <lightning_cpp/callbacks/lr_monitor.h>
 #include <lightning_cpp/callbacks/model_checkpoint.h>
 #include <lightning_cpp/callbacks/model_summary.h>
 #include <lightning_cpp/callbacks/progress_bar.h>
+#include <lightning_cpp/callbacks/throughput_monitor.h>
 #include <lightning_cpp/callbacks/timer.h>
 #include <lightning_cpp/core/options_table.h>
 #include <lightning_cpp/core/registry.h>
@@ -128,6 +130,44 @@ void register_builtin_callbacks(Registry& r) {
 #undef LT_OPTION
 #undef LT_OPTION_WITH
         return std::make_shared<Timer>(options);
+      });
+  r.add<Callback>(
+      "ThroughputMonitor", "batches, samples, items and FLOPs per second, and MFU",
+      [] {
+        ArgSchema schema;
+        const ThroughputMonitorOptions defaults;
+#define LT_OPTION LT_OPTION_SCHEMA
+#define LT_CPP_OPTION LT_CPP_OPTION_NONE
+#include <lightning_cpp/callbacks/throughput_monitor_options.def>
+#undef LT_OPTION
+#undef LT_CPP_OPTION
+        return schema;
+      }(),
+      [](const InitArgs& args) {
+        ThroughputMonitorOptions options;
+#define LT_OPTION LT_OPTION_READ
+#define LT_CPP_OPTION LT_CPP_OPTION_NONE
+#include <lightning_cpp/callbacks/throughput_monitor_options.def>
+#undef LT_OPTION
+#undef LT_CPP_OPTION
+        return std::make_shared<ThroughputMonitor>(options);
+      });
+  r.add<Callback>(
+      "DeviceStatsMonitor", "the device's and the host's memory and load at training batches",
+      [] {
+        ArgSchema schema;
+        const DeviceStatsMonitorOptions defaults;
+#define LT_OPTION LT_OPTION_SCHEMA
+#include <lightning_cpp/callbacks/device_stats_monitor_options.def>
+#undef LT_OPTION
+        return schema;
+      }(),
+      [](const InitArgs& args) {
+        DeviceStatsMonitorOptions options;
+#define LT_OPTION LT_OPTION_READ
+#include <lightning_cpp/callbacks/device_stats_monitor_options.def>
+#undef LT_OPTION
+        return std::make_shared<DeviceStatsMonitor>(options);
       });
 }
 

@@ -107,6 +107,7 @@ int execute(const std::string& subcommand, const std::vector<std::string>& confi
   Trainer trainer(run.trainer);
   trainer.set_fit_loop(run.fit_loop);
   if (subcommand == "fit") {
+    if (run.lr_finder) run_lr_finder(run, trainer, out);
     trainer.fit(run.model, run.data, run.ckpt_path);
     return kExitOk;
   }

@@ -21,7 +21,9 @@
 //   ckpt_path:               path | null   (fit: resume; validate/test/predict: weights)
 //   plugins:                 [path/to/libplugin.so, ...]
 
+#include <functional>
 #include <iosfwd>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,6 +36,8 @@ class Registry;
 class LightningModule;
 class DataModule;
 class FitLoop;
+class LearningRateFinder;
+class Trainer;
 }  // namespace lt
 
 namespace lt::cli {
@@ -60,9 +64,22 @@ struct RunObjects {
   std::shared_ptr<DataModule> data;
   std::shared_ptr<FitLoop> fit_loop;
   std::string ckpt_path;
+  // fit with a LearningRateFinder among the callbacks (not one of the
+  // Trainer's): run_lr_finder runs its sweep before the fit.
+  std::shared_ptr<LearningRateFinder> lr_finder;
+  // The model built again with its init arg lr_init_arg set (update_attr).
+  std::function<std::shared_ptr<LightningModule>(double lr)> model_with_lr;
+  std::string lr_init_arg;
+  // Files rank 0 writes beside config.yaml in the fit's log folder at its setup: name, text.
+  std::shared_ptr<std::map<std::string, std::string>> log_files;
 };
 // Builds the objects of a resolved config (factories run here; their
 // lt::ValueErrors get the location of the class that failed).
 RunObjects build_run(const ConfigNode& resolved, const Registry& registry, const std::string& subcommand);
+// LightningCLI's LearningRateFinder: lr_find on `trainer` (tuner/tuning.h),
+// then (update_attr) run.model built again with the suggestion as its
+// lr_init_arg and the weights it had, and lr_find.svg among run.log_files.
+// Prints the suggestion on rank 0.
+void run_lr_finder(RunObjects& run, Trainer& trainer, std::ostream& out);
 
 }  // namespace lt::cli

@@ -6,6 +6,7 @@
 #include <lightning_cpp/loggers/registration.h>
 #include <lightning_cpp/loops/registration.h>
 #include <lightning_cpp/plugins/strategies/registration.h>
+#include <lightning_cpp/tuner/registration.h>
 
 namespace lt {
 
@@ -15,6 +16,7 @@ void register_builtins(Registry& registry) {
   register_builtin_loggers(registry);
   register_builtin_loops(registry);
   register_builtin_lr_schedulers(registry);
+  register_tuner_callbacks(registry);
 }
 
 Registry& Registry::global() {

@@ -8,6 +8,7 @@ file(GLOB_RECURSE LT_SOURCES CONFIGURE_DEPENDS
   ${PROJECT_SOURCE_DIR}/loops/*.cpp
   ${PROJECT_SOURCE_DIR}/plugins/*.cpp
   ${PROJECT_SOURCE_DIR}/callbacks/*.cpp
+  ${PROJECT_SOURCE_DIR}/tuner/*.cpp
   ${PROJECT_SOURCE_DIR}/loggers/*.cpp
   ${PROJECT_SOURCE_DIR}/data/*.cpp
   ${PROJECT_SOURCE_DIR}/cli/*.cpp)

@@ -14,7 +14,10 @@
 //     2.x, the old ones deprecated wrappers that warn on every call.
 //   - the gradient scaler's fused kernels: CUDA-only before 2.3, which added
 //     CPU kernels (torch.amp.GradScaler("cpu")).
+//   - an accelerator's memory statistics: at::accelerator (2.x; 2.11 tested),
+//     none in 1.13.
 
+#include <map>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -29,6 +32,10 @@
 
 #define LT_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+#if LT_TORCH_AT_LEAST(2, 11)
+#include <ATen/DeviceAccelerator.h>
+#endif
 
 namespace lt::compat {
 
@@ -104,6 +111,40 @@ inline void amp_update_scale_(at::Tensor& scale, at::Tensor& growth_tracker, con
   }
 #endif
   at::_amp_update_scale_(scale, growth_tracker, found_inf, growth_factor, backoff_factor, growth_interval);
+}
+
+// -- an accelerator's memory ------------------------------------------------------------------
+// torch.cuda.memory_stats' aggregate byte counts of `device`'s caching
+// allocator ("allocated_bytes.all.current", ...), its retries and OOMs, and
+// the device's free and total memory ("memory_free_bytes",
+// "memory_total_bytes"); empty on the CPU and where LibTorch has no
+// device-generic allocator API.
+inline std::map<std::string, double> accelerator_memory_stats(c10::Device device) {
+  std::map<std::string, double> out;
+#if LT_TORCH_AT_LEAST(2, 11)
+  if (device.is_cpu() || !at::accelerator::isAccelerator(device.type())) return out;
+  const c10::DeviceIndex index = device.has_index() ? device.index() : at::accelerator::getDeviceIndex();
+  const auto stats = at::accelerator::getDeviceStats(index);
+  const auto aggregate = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  const std::pair<const char*, const c10::CachingAllocator::StatArray*> arrays[] = {
+      {"allocated_bytes", &stats.allocated_bytes},
+      {"reserved_bytes", &stats.reserved_bytes},
+      {"active_bytes", &stats.active_bytes},
+      {"requested_bytes", &stats.requested_bytes}};
+  for (const auto& [name, array] : arrays) {
+    const auto& stat = (*array)[aggregate];
+    out[std::string(name) + ".all.current"] = static_cast<double>(stat.current);
+    out[std::string(name) + ".all.peak"] = static_cast<double>(stat.peak);
+  }
+  out["num_alloc_retries"] = static_cast<double>(stats.num_alloc_retries);
+  out["num_ooms"] = static_cast<double>(stats.num_ooms);
+  const auto [free_bytes, total_bytes] = at::accelerator::getMemoryInfo(index);
+  out["memory_free_bytes"] = static_cast<double>(free_bytes);
+  out["memory_total_bytes"] = static_cast<double>(total_bytes);
+#else
+  (void)device;
+#endif
+  return out;
 }
 
 // -- c10d -------------------------------------------------------------------------------------

@@ -23,6 +23,8 @@ LAYERS = [
     ["loops", "loggers"],
     ["trainer", "fabric"],
     ["callbacks"],
+    # The Tuner runs a sweep as a fit of its own, with a callback of its own.
+    ["tuner"],
     ["cli"],
 ]
 RANK = {area: i for i, areas in enumerate(LAYERS) for area in areas}

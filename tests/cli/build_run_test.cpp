@@ -40,6 +40,35 @@ using lt::testing::TinyData;
 using lt::testing::TinyNet;
 using lt::testing::read_file;
 
+// metrics.csv by column: each row's field ("" where the row has none).
+std::map<std::string, std::vector<std::string>> metrics_columns(const fs::path& path) {
+  std::ifstream csv(path);
+  std::string line;
+  std::vector<std::string> keys;
+  if (std::getline(csv, line)) {
+    for (std::stringstream header(line); std::getline(header, line, ',');) keys.push_back(line);
+  }
+  std::map<std::string, std::vector<std::string>> columns;
+  while (std::getline(csv, line)) {
+    std::vector<std::string> fields;
+    for (std::stringstream row(line); std::getline(row, line, ',');) fields.push_back(line);
+    for (size_t i = 0; i < keys.size(); ++i) columns[keys[i]].push_back(i < fields.size() ? fields[i] : "");
+  }
+  return columns;
+}
+
+// A column's non-empty values, as numbers.
+std::vector<double> logged_values(const std::map<std::string, std::vector<std::string>>& columns,
+                                  const std::string& key) {
+  std::vector<double> out;
+  if (const auto it = columns.find(key); it != columns.end()) {
+    for (const auto& field : it->second) {
+      if (!field.empty()) out.push_back(std::stod(field));
+    }
+  }
+  return out;
+}
+
 TEST_F(CliTest, FitFromYamlWritesLogsConfigAndCheckpoint) {
   const std::string a = write("a.yaml",
                               "seed_everything: 3\ntrainer:\n  max_epochs: 2\n  enable_progress_bar: false\n"
@@ -210,20 +239,9 @@ TEST_F(CliTest, AnLrSchedulerFromYamlStepsTheModulesOptimizer) {
       "  init_args: {T_max: 6, eta_min: 0.001, interval: step, warmup_iters: 2, warmup_start_factor: 0.5}\n");
   const CliResult r = cli({"fit", "--config", a});
   ASSERT_EQ(r.code, 0) << r.err;
-  std::ifstream csv(dir_ / "lightning_logs" / "version_0" / "metrics.csv");
-  std::string line;
-  ASSERT_TRUE(std::getline(csv, line));
-  std::vector<std::string> keys;
-  for (std::stringstream header(line); std::getline(header, line, ',');) keys.push_back(line);
-  const size_t column = std::find(keys.begin(), keys.end(), "lr-SGD") - keys.begin();
-  ASSERT_LT(column, keys.size()) << "no lr-SGD column";
-  std::vector<double> logged;
-  while (std::getline(csv, line)) {
-    std::vector<std::string> fields;
-    for (std::stringstream row(line); std::getline(row, line, ',');) fields.push_back(line);
-    if (column < fields.size() && !fields[column].empty()) logged.push_back(std::stod(fields[column]));
-  }
-  ASSERT_GE(logged.size(), 4u);
+  const std::vector<double> logged =
+      logged_values(metrics_columns(dir_ / "lightning_logs" / "version_0" / "metrics.csv"), "lr-SGD");
+  ASSERT_GE(logged.size(), 4u) << "lr-SGD not logged each step";
   auto p = torch::zeros({1}, torch::requires_grad());
   torch::optim::SGD sgd({p}, torch::optim::SGDOptions(0.05));
   lt::SequentialLR schedule(sgd, {std::make_shared<lt::LinearLR>(sgd, 0.5, 1.0, 2),
@@ -241,6 +259,69 @@ TEST_F(CliTest, AnLrSchedulerFromYamlStepsTheModulesOptimizer) {
   const CliResult e = cli({"fit", "--config", bad});
   EXPECT_EQ(e.code, 2) << e.err;
   EXPECT_NE(e.err.find("T_max"), std::string::npos) << e.err;
+}
+
+
+// The monitors from YAML: ThroughputMonitor with its FLOPs measured and
+// DeviceStatsMonitor write their keys into metrics.csv, with values.
+TEST_F(CliTest, ThroughputAndDeviceStatsMonitorsFromYamlLogTheirKeys) {
+  const std::string a = write(
+      "a.yaml",
+      "model: TinyNet\ndata: TinyData\n"
+      "trainer: {max_epochs: 2, log_every_n_steps: 1, enable_progress_bar: false, enable_checkpointing: false}\n"
+      "callbacks:\n"
+      "  - {class_path: ThroughputMonitor, init_args: {window_size: 2, measure_flops: true, length: data}}\n"
+      "  - DeviceStatsMonitor\n");
+  const CliResult r = cli({"fit", "--config", a});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto columns = metrics_columns(dir_ / "lightning_logs" / "version_0" / "metrics.csv");
+  for (const char* key : {"train/device/samples_per_sec", "train/device/items_per_sec", "train/device/flops_per_sec",
+                          "train/device/mfu", "DeviceStatsMonitor.on_train_batch_end/process_rss_bytes"}) {
+    const std::vector<double> logged = logged_values(columns, key);
+    ASSERT_FALSE(logged.empty()) << key << " not in metrics.csv";
+    EXPECT_GT(logged.back(), 0.0) << key;
+  }
+}
+
+
+// LearningRateFinder in a config (LightningCLI's): the sweep runs before fit,
+// the model is built again with the suggestion as its lr init arg (the rate
+// LearningRateMonitor then logs), and lr_find.svg is saved beside config.yaml.
+// A model without an lr init arg is refused before anything runs (exit 2).
+TEST_F(CliTest, LearningRateFinderFromYamlSetsTheModelsLr) {
+  const std::string a = write(
+      "a.yaml",
+      "model: TinyNet\ndata: TinyData\n"
+      "trainer: {max_epochs: 1, enable_progress_bar: false, enable_checkpointing: false}\n"
+      "callbacks:\n"
+      "  - {class_path: LearningRateFinder, init_args: {min_lr: 1.0e-4, max_lr: 1.0, num_training: 20}}\n"
+      "  - {class_path: LearningRateMonitor, init_args: {logging_interval: epoch}}\n");
+  const CliResult r = cli({"fit", "--config", a});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::smatch m = [&] {
+    std::smatch found;
+    std::regex_search(r.out, found, std::regex("suggestion ([0-9.e+-]+) set as model.init_args.lr"));
+    return found;
+  }();
+  ASSERT_EQ(m.size(), 2u) << r.out;
+  const double suggested = std::stod(m[1].str());
+  EXPECT_GT(suggested, 1e-4);
+  EXPECT_LT(suggested, 1.0);
+  const fs::path version = dir_ / "lightning_logs" / "version_0";
+  EXPECT_TRUE(fs::exists(version / "lr_find.svg")) << "no plot beside config.yaml";
+  const std::vector<double> rates = logged_values(metrics_columns(version / "metrics.csv"), "lr-SGD");
+  ASSERT_EQ(rates.size(), 1u) << "lr-SGD not logged once";
+  EXPECT_NEAR(rates[0], suggested, 1e-5 * suggested) << "the fit's rate is not the suggestion";
+
+  const std::string bad = write(
+      "bad.yaml", "model: TinyNet\ndata: TinyData\n"
+                  "callbacks: [{class_path: LearningRateFinder, init_args: {attr_name: learning_rate}}]\n");
+  const CliResult e = cli({"fit", "--config", bad});
+  EXPECT_EQ(e.code, 2) << e.err;
+  EXPECT_NE(e.err.find("callbacks[0].init_args: LearningRateFinder: the model TinyNet has no init arg "
+                       "'learning_rate' to set the suggested learning rate to (its init args: hidden, lr)"),
+            std::string::npos)
+      << e.err;
 }
 
 }  // namespace

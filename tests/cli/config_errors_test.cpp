@@ -90,8 +90,9 @@ TEST_F(CliTest, BadChoiceSuggestsValid) {
 TEST_F(CliTest, UnknownCallbackClass) {
   expect_config_error("model: TinyNet\ndata: TinyData\ncallbacks:\n  - class_path: EarlyStoping\n",
                       "{f}:4: callbacks[0].class_path: unknown callback 'EarlyStoping'; did you mean 'EarlyStopping'? "
-                      "(registered callbacks: EarlyStopping, GradientAccumulationScheduler, LearningRateMonitor, "
-                      "ModelCheckpoint, ModelSummary, ProgressBar, Timer)");
+                      "(registered callbacks: DeviceStatsMonitor, EarlyStopping, GradientAccumulationScheduler, "
+                      "LearningRateFinder, LearningRateMonitor, ModelCheckpoint, ModelSummary, ProgressBar, "
+                      "ThroughputMonitor, Timer)");
 }
 
 TEST_F(CliTest, FloatArgRejectsWord) {
