@@ -1,7 +1,7 @@
 // callbacks/device_stats_monitor.h: at the start and end of the batches whose
 // step is a logging step, the host's and the process's CPU and memory under
 // Lightning's keys; the process's peak memory agrees with getrusage's (an
-// independent reading), and a batch that keeps the CPU busy shows in the
+// independent reading, within 1%), and a batch that keeps the CPU busy shows in the
 // process's CPU share.
 #include <sys/resource.h>
 
@@ -77,7 +77,8 @@ TEST_F(CallbacksTest, DeviceStatsMonitorLogsCpuAndMemoryAtLoggingSteps) {
     const double rss = m.at(prefix + "process_rss_bytes"), peak = m.at(prefix + "process_peak_rss_bytes");
     EXPECT_GT(rss, 1e6);
     EXPECT_GE(peak, rss);
-    EXPECT_LE(peak, peak_now) << "above getrusage's peak, read after the run";
+    // VmHWM and ru_maxrss are the kernel's two counts of the peak: equal within a few hundred kB.
+    EXPECT_LE(peak, 1.01 * peak_now) << "above getrusage's peak, read after the run";
     EXPECT_GT(peak, 0.5 * peak_now);
     // A batch end's share covers the batch: 30 ms of CPU on this thread.
     if (!at_start) EXPECT_GT(m.at(prefix + "process_cpu_percent"), 10.0);

@@ -75,9 +75,14 @@ inline Data make_data(int64_t n) {
   return {torch::randn({n, kIn}, gen), torch::randn({n, kOut}, gen)};
 }
 
+// SGD's rate for a width: 0.1 at kHidden, smaller as fc2 sums more units, so
+// that a wide net trains without diverging (a diverging run amplifies the
+// last-bit differences of two summation orders past any tolerance).
+inline double lr_for(int64_t hidden) { return 0.1 * static_cast<double>(kHidden) / static_cast<double>(hidden); }
+
 inline std::shared_ptr<TinyNet> make_net(int64_t branch_mask, int64_t hidden = kHidden) {
   torch::manual_seed(0);
-  return std::make_shared<TinyNet>(branch_mask, hidden);
+  return std::make_shared<TinyNet>(branch_mask, hidden, lr_for(hidden));
 }
 
 inline std::vector<torch::Tensor> parameter_list(torch::nn::Module& m) {

@@ -42,7 +42,7 @@ std::vector<torch::Tensor> reference_training(int64_t world, int64_t batch, int6
   const int64_t n = world * batch * k * steps;
   auto data = make_data(n);
   auto net = make_net(branch_mask, hidden);
-  torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.1));
+  torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(lr_for(hidden)));
   const auto perm = lt::seeded_permutation(n, seed);
   for (int64_t s = 0; s < steps; ++s) {
     opt.zero_grad();
