@@ -49,6 +49,7 @@
 #include <lightning_cpp/fabric/fabric.h>
 #include <lightning_cpp/loggers/csv.h>
 #include <lightning_cpp/loggers/logger_collection.h>
+#include <lightning_cpp/loggers/mlflow.h>
 #include <lightning_cpp/loggers/tensorboard.h>
 #include <lightning_cpp/plugins/io/sharded_checkpoint.h>
 #include <lightning_cpp/plugins/io/torch_plugin.h>

@@ -38,4 +38,18 @@ class LoggerCollection : public Logger {
   std::vector<std::shared_ptr<Logger>> loggers_;
 };
 
+// The logger of type T that `logger` is or holds (a collection's first such
+// member); null if none. A text for TensorBoard, from a callback on rank 0:
+//   if (auto* tb = lt::find_logger<lt::TensorBoardLogger>(trainer.logger())) tb->add_text("sample", s, step);
+template <typename T>
+T* find_logger(Logger* logger) {
+  if (auto* found = dynamic_cast<T*>(logger)) return found;
+  if (auto* collection = dynamic_cast<LoggerCollection*>(logger)) {
+    for (const auto& member : collection->loggers()) {
+      if (T* found = find_logger<T>(member.get())) return found;
+    }
+  }
+  return nullptr;
+}
+
 }  // namespace lt

@@ -4,6 +4,7 @@
 #include <lightning_cpp/core/registry.h>
 #include <lightning_cpp/loggers/console.h>
 #include <lightning_cpp/loggers/csv.h>
+#include <lightning_cpp/loggers/mlflow.h>
 #include <lightning_cpp/loggers/tensorboard.h>
 
 namespace lt {
@@ -49,7 +50,7 @@ void register_builtin_loggers(Registry& r) {
         return std::make_shared<ConsoleLogger>(options);
       });
   r.add<Logger>(
-      "TensorBoardLogger", "TensorBoard event files (scalars, hparams) under <save_dir>/<name>/version_N",
+      "TensorBoardLogger", "TensorBoard event files (scalars, hparams, texts, histograms) under <save_dir>/<name>/version_N",
       [] {
         ArgSchema schema;
         const TensorBoardLoggerOptions defaults;
@@ -68,6 +69,27 @@ void register_builtin_loggers(Registry& r) {
 #undef LT_OPTION
 #undef LT_OPTION_WITH
         return std::make_shared<TensorBoardLogger>(options);
+      });
+  r.add<Logger>(
+      "MLflowLogger", "MLflow's file store (mlruns/): params, metrics by step, tags, artifacts",
+      [] {
+        ArgSchema schema;
+        const MLflowLoggerOptions defaults;
+#define LT_OPTION LT_OPTION_SCHEMA
+#define LT_CPP_OPTION LT_CPP_OPTION_NONE
+#include <lightning_cpp/loggers/mlflow_options.def>
+#undef LT_OPTION
+#undef LT_CPP_OPTION
+        return schema;
+      }(),
+      [](const InitArgs& args) {
+        MLflowLoggerOptions options;
+#define LT_OPTION LT_OPTION_READ
+#define LT_CPP_OPTION LT_CPP_OPTION_NONE
+#include <lightning_cpp/loggers/mlflow_options.def>
+#undef LT_OPTION
+#undef LT_CPP_OPTION
+        return std::make_shared<MLflowLogger>(options);
       });
 }
 

@@ -15,6 +15,7 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/files.h>
@@ -98,6 +99,16 @@ class ProtoWriter {
     return *this;
   }
   ProtoWriter& message_field(int field, const ProtoWriter& m) { return bytes_field(field, m.str()); }
+  // A repeated double, packed (proto3's encoding).
+  ProtoWriter& packed_doubles_field(int field, const std::vector<double>& values) {
+    std::string packed;
+    for (const double v : values) {
+      uint64_t bits = 0;
+      std::memcpy(&bits, &v, sizeof(bits));
+      put_little_endian(packed, bits, 8);
+    }
+    return bytes_field(field, packed);
+  }
   const std::string& str() const { return out_; }
 
  private:
@@ -125,8 +136,16 @@ namespace summary {
 constexpr int kValue = 1;
 }
 namespace summary_value {
-constexpr int kTag = 1, kSimpleValue = 2, kMetadata = 9;
+constexpr int kTag = 1, kSimpleValue = 2, kHisto = 5, kTensor = 8, kMetadata = 9;
 }
+namespace histogram {  // HistogramProto
+constexpr int kMin = 1, kMax = 2, kNum = 3, kSum = 4, kSumSquares = 5, kBucketLimit = 6, kBucket = 7;
+}
+namespace tensor {  // TensorProto (tensor.proto), TensorShapeProto (tensor_shape.proto)
+constexpr int kDtype = 1, kShape = 2, kStringVal = 8;
+constexpr uint64_t kDtString = 7;  // types.proto's DT_STRING
+constexpr int kShapeDim = 2, kDimSize = 1;
+}  // namespace tensor
 namespace summary_metadata {
 constexpr int kPluginData = 1;
 }
@@ -167,6 +186,9 @@ constexpr const char* kSessionStartInfoTag = "_hparams_/session_start_info";
 constexpr const char* kSessionEndInfoTag = "_hparams_/session_end_info";
 constexpr const char* kHparamsPluginName = "hparams";
 constexpr const char* kHpMetric = "hp_metric";
+// The text plugin's name, and the suffix SummaryWriter.add_text gives a text's tag.
+constexpr const char* kTextPluginName = "text";
+constexpr const char* kTextTagSuffix = "/text_summary";
 
 double unix_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -276,6 +298,59 @@ void TensorBoardLogger::log_metrics(const std::map<std::string, double>& metrics
       unix_seconds() - last_flush_time_ >= options_.flush_secs()) {
     flush();
   }
+}
+
+void TensorBoardLogger::add_summary(const std::string& value, int64_t step) {
+  add_record(new_event()
+                 .int64_field(event::kStep, step)
+                 .message_field(event::kSummary, ProtoWriter().bytes_field(summary::kValue, value))
+                 .str());
+  last_step_ = std::max(last_step_, step);
+  flush();
+}
+
+void TensorBoardLogger::add_text(const std::string& tag, const std::string& text, int64_t step) {
+  // What torch.utils.tensorboard.summary.text writes: a string tensor of one
+  // element, for the text plugin (its content: TextPluginData, version 0).
+  const ProtoWriter plugin = ProtoWriter().bytes_field(plugin_data::kPluginName, kTextPluginName);
+  const ProtoWriter shape = ProtoWriter().message_field(tensor::kShapeDim, ProtoWriter().int64_field(tensor::kDimSize, 1));
+  const ProtoWriter value = ProtoWriter()
+                                .bytes_field(summary_value::kTag, tag + kTextTagSuffix)
+                                .message_field(summary_value::kMetadata,
+                                               ProtoWriter().message_field(summary_metadata::kPluginData, plugin))
+                                .message_field(summary_value::kTensor, ProtoWriter()
+                                                                           .varint_field(tensor::kDtype, tensor::kDtString)
+                                                                           .message_field(tensor::kShape, shape)
+                                                                           .bytes_field(tensor::kStringVal, text));
+  add_summary(value.str(), step);
+}
+
+void TensorBoardLogger::add_histogram(const std::string& tag, const torch::Tensor& values, int64_t step,
+                                      int64_t bins) {
+  LT_CHECK_VALUE(bins >= 1, "TensorBoardLogger::add_histogram: '", tag, "': bins must be >= 1, got ", bins);
+  const torch::Tensor v = values.detach().to(torch::kCPU, torch::kDouble).reshape(-1);
+  LT_CHECK_VALUE(v.numel() > 0, "TensorBoardLogger::add_histogram: '", tag, "': no values");
+  LT_CHECK_VALUE(torch::isfinite(v).all().item<bool>(), "TensorBoardLogger::add_histogram: '", tag,
+                 "': the values hold an infinity or a NaN");
+  const double lo = v.min().item<double>(), hi = v.max().item<double>();
+  // Equal-width buckets over [min, max]; each bucket's limit is its right edge.
+  const double width = hi > lo ? (hi - lo) / static_cast<double>(bins) : 1.0;
+  const torch::Tensor counts = torch::histc(v, bins, lo, hi > lo ? hi : lo + width * static_cast<double>(bins));
+  std::vector<double> limits(static_cast<size_t>(bins)), buckets(static_cast<size_t>(bins));
+  for (int64_t i = 0; i < bins; ++i) {
+    limits[i] = i + 1 == bins && hi > lo ? hi : lo + width * static_cast<double>(i + 1);
+    buckets[i] = counts[i].item<double>();
+  }
+  const ProtoWriter histo = ProtoWriter()
+                                .double_field(histogram::kMin, lo)
+                                .double_field(histogram::kMax, hi)
+                                .double_field(histogram::kNum, static_cast<double>(v.numel()))
+                                .double_field(histogram::kSum, v.sum().item<double>())
+                                .double_field(histogram::kSumSquares, v.dot(v).item<double>())
+                                .packed_doubles_field(histogram::kBucketLimit, limits)
+                                .packed_doubles_field(histogram::kBucket, buckets);
+  add_summary(ProtoWriter().bytes_field(summary_value::kTag, tag).message_field(summary_value::kHisto, histo).str(),
+              step);
 }
 
 void TensorBoardLogger::log_hyperparams(const HParams& params) {

@@ -1,9 +1,10 @@
 #pragma once
 // lt::TensorBoardLogger: TensorBoard event files and hparams.yaml under
 // <save_dir>/<name>/version_<N>, as Lightning's TensorBoardLogger lays them
-// out: scalars (one Event per value, Summary.Value.simple_value, a float32)
-// and hyperparameters for TensorBoard's HParams tab (the three summaries
-// torch.utils.tensorboard.summary.hparams writes). N is the next free version
+// out: scalars (one Event per value, Summary.Value.simple_value, a float32),
+// hyperparameters for TensorBoard's HParams tab (the three summaries
+// torch.utils.tensorboard.summary.hparams writes), texts and histograms
+// (add_text, add_histogram: SummaryWriter's). N is the next free version
 // unless given. Nothing is created before the first write, so building a
 // logger (a config being checked) leaves no trace.
 //
@@ -27,6 +28,7 @@
 #include <string>
 
 #include <torch/arg.h>
+#include <torch/torch.h>
 
 #include <lightning_cpp/core/logger.h>
 #include <lightning_cpp/core/options_table.h>
@@ -60,6 +62,13 @@ class TensorBoardLogger : public Logger {
   // Typed as the values are: numbers (float64), bools, strings. Every call
   // writes all hparams so far.
   void log_hyperparams(const HParams& params) override;
+  // SummaryWriter.add_text: `text` (Markdown) under "<tag>/text_summary" in
+  // TensorBoard's Text tab. Written at once.
+  void add_text(const std::string& tag, const std::string& text, int64_t step);
+  // SummaryWriter.add_histogram: the values' distribution in `bins` equal-width
+  // buckets between their min and max (Histograms and Distributions tabs), with
+  // their count, sum and sum of squares. Written at once; finite values only.
+  void add_histogram(const std::string& tag, const torch::Tensor& values, int64_t step, int64_t bins = 64);
   void save() override;
   void finalize(const std::string& status) override;
   // <save_dir>/<name>/version_<N>; the version is fixed at the first call.
@@ -78,6 +87,8 @@ class TensorBoardLogger : public Logger {
   // Frames one serialized Event as a TFRecord and buffers it; opens the
   // file (chooses its name, buffers the file_version Event) at the first.
   void add_record(const std::string& event);
+  // An Event of one Summary.Value (serialized) at `step`, flushed.
+  void add_summary(const std::string& value, int64_t step);
   void flush();
 
   TensorBoardLoggerOptions options_;

@@ -54,12 +54,27 @@ if ! "$venv/bin/python3" -c "import torch, numpy, sys; sys.exit(torch.__version_
   "$venv/bin/pip" install --quiet --progress-bar off --disable-pip-version-check "torch==$torch_version" numpy
 fi
 
-# Lightning 2.6 (the pytorch-lightning package), for the benchmarks that set lightning-cpp beside it (bench/gpu):
-# the version the GPU machines have. Its requirements (torchmetrics, lightning-utilities) come with it; torch is
-# already there.
+# Lightning 2.6 (the pytorch-lightning package), for the benchmarks that set lightning-cpp beside it (bench/gpu)
+# and the lr_find oracle (tests/python/lr_find_oracle.py runs Lightning's own classes): the version the GPU machines
+# have. Its requirements (torchmetrics, lightning-utilities) come with it; torch is already there.
 lightning_version=2.6.6
 if ! "$venv/bin/python3" -c "import pytorch_lightning as pl, sys; sys.exit(pl.__version__ != '$lightning_version')" \
     2>/dev/null; then
   "$venv/bin/pip" install --quiet --progress-bar off --disable-pip-version-check \
     "pytorch-lightning==$lightning_version"
+fi
+
+# TensorBoard, whose own reader (EventAccumulator) reads back what TensorBoardLogger writes
+# (tests/python/tensorboard_reader.py); users open the same folders with it.
+tensorboard_version=2.21.0
+if ! "$venv/bin/python3" -c "import tensorboard, sys; sys.exit(tensorboard.__version__ != '$tensorboard_version')" \
+    2>/dev/null; then
+  "$venv/bin/pip" install --quiet --progress-bar off --disable-pip-version-check "tensorboard==$tensorboard_version"
+fi
+
+# MLflow's client (the skinny package: no server), which reads back the file store MLflowLogger writes
+# (tests/python/mlflow_reader.py).
+mlflow_version=3.17.2
+if ! "$venv/bin/python3" -c "import mlflow, sys; sys.exit(mlflow.__version__ != '$mlflow_version')" 2>/dev/null; then
+  "$venv/bin/pip" install --quiet --progress-bar off --disable-pip-version-check "mlflow-skinny==$mlflow_version"
 fi

@@ -1,6 +1,7 @@
 // On a GPU, one process: the Trainer on CUDA (module, batches, pinned
-// copies, checkpoints), the precisions there, and ddp and fsdp on NCCL with
-// one rank, each against the same run on the CPU or on one device. The
+// copies, checkpoints), the precisions there, ddp and fsdp on NCCL with one
+// rank, each against the same run on the CPU or on one device, and the
+// monitors' GPU statistics. The
 // multi-process Cuda tests (two ranks sharing the GPU over Gloo) live beside
 // their CPU workers (join_matrix_test, fsdp_join_test, fsdp_precision_test).
 // Every test skips without a GPU; scripts/gpu_check.sh runs them on one.
@@ -191,4 +192,28 @@ TEST(CudaStrategies, ARankWithoutItsOwnGpuIsNamed) {
   auto r = lt::testing::run_workers("CudaRankWithoutAGpu", 2, options);
   ASSERT_EQ(r.outputs.size(), 2u);
   EXPECT_NE(r.outputs[1].find("local rank 1 has no CUDA device (1 visible)"), std::string::npos) << r.summary();
+}
+
+// The monitors on the GPU: DeviceStatsMonitor reads the CUDA caching
+// allocator (torch.cuda.memory_stats' names) and the device's memory, without
+// the CPU's stats unless asked; ThroughputMonitor counts the Regressor's FLOPs
+// as on the CPU and takes MFU against the GPU's measured matrix-product rate.
+TEST(CudaMonitors, DeviceStatsAndThroughputOnTheGpu) {
+  LT_SKIP_WITHOUT_CUDA();
+  auto stats = std::make_shared<lt::DeviceStatsMonitor>();
+  auto throughput =
+      std::make_shared<lt::ThroughputMonitor>(lt::ThroughputMonitorOptions().measure_flops(true).window_size(4));
+  auto on_cpu = std::make_shared<lt::ThroughputMonitor>(lt::ThroughputMonitorOptions().measure_flops(true));
+  fit_regressor(quiet().accelerator("cuda").log_every_n_steps(1).callbacks({stats, throughput}));
+  fit_regressor(quiet().accelerator("cpu").callbacks({on_cpu}));
+  const auto& s = stats->last_stats();
+  const std::string p = "DeviceStatsMonitor.on_train_batch_end/";
+  EXPECT_GT(s.at(p + "allocated_bytes.all.peak"), 0);
+  EXPECT_GE(s.at(p + "reserved_bytes.all.current"), s.at(p + "allocated_bytes.all.current"));
+  EXPECT_GT(s.at(p + "memory_total_bytes"), 1e9);
+  EXPECT_EQ(s.count(p + "cpu_percent"), 0u) << "CPU stats on a GPU run by default";
+  EXPECT_GT(on_cpu->flops_per_batch(), 0);
+  EXPECT_EQ(throughput->flops_per_batch(), on_cpu->flops_per_batch());
+  EXPECT_GT(throughput->peak_flops(), 1e12) << "a GPU's float32 matrix products";
+  EXPECT_GT(throughput->last_metrics().at("train/device/mfu"), 0);
 }
