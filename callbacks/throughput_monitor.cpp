@@ -9,7 +9,8 @@
 namespace lt {
 
 ThroughputMonitor::ThroughputMonitor(ThroughputMonitorOptions options)
-    : options_(std::move(options)), throughput_(std::max<int64_t>(options_.window_size(), 2)) {
+    : options_(std::move(options)),
+      throughput_(std::max<int64_t>(options_.window_size(), 2)) {  // window_size is checked below, by name
   {
     const ThroughputMonitorOptions& options = options_;
     const char* owner = "ThroughputMonitor: ";

@@ -51,7 +51,7 @@ TEST(Registry, UnknownNameListsKnownOnes) {
   } catch (const lt::ValueError& e) {
     EXPECT_EQ(std::string(e.what()),
               "unknown logger 'CsvLogger'; did you mean 'CSVLogger'? "
-              "(registered loggers: CSVLogger, ConsoleLogger, TensorBoardLogger)");
+              "(registered loggers: CSVLogger, ConsoleLogger, MLflowLogger, TensorBoardLogger)");
   }
   auto es = r.create<lt::Callback>("EarlyStopping");
   EXPECT_EQ(es->name(), "EarlyStopping");

@@ -177,6 +177,7 @@ LRFinder sweep(Trainer& trainer, LightningModule& module, const LRFinderOptions&
         .enable_progress_bar(false)
         .enable_model_summary(false)
         .lr_scheduler(nullptr)
+        .profiler(nullptr)
         .max_steps(options.num_training())
         .max_epochs(-1)
         .limit_val_batches(FractionOrCount(int64_t{0}))

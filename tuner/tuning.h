@@ -11,7 +11,7 @@
 // The sweep is a fit of its own on the Trainer's strategy (its processes and
 // process group: under a local spawn the workers run it too, before the real
 // fit) with the Trainer's options but for: num_training steps, no validation,
-// no logger, no checkpoint, no callback of the user's, and the optimizer
+// no logger, no profiler, no callback of the user's (no checkpoint), and the optimizer
 // configure_optimizers returns taking the sweep's rates (its scheduler set
 // aside). Afterwards the module's parameters and buffers are the ones it
 // came with (restored also when the sweep fails); the real fit configures
