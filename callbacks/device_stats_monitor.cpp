@@ -104,7 +104,9 @@ void DeviceStatsMonitor::log(Trainer& trainer, const char* hook) {
   if (stats.empty()) return;
   const std::string prefix = c10::str(name(), ".", hook, "/");
   for (const auto& [key, value] : stats) last_[prefix + key] = value;
-  if (trainer.logger() != nullptr && trainer.is_global_zero()) trainer.logger()->log_metrics(last_, trainer.global_step());
+  if (trainer.logger() != nullptr && trainer.is_global_zero()) {
+    trainer.logger()->log_metrics(last_, trainer.global_step());
+  }
 }
 
 // A batch's stats are logged when its optimizer step is a logging step (every log_every_n_steps).
@@ -114,8 +116,9 @@ void DeviceStatsMonitor::on_train_batch_start(Trainer& trainer, LightningModule&
   if (log_this_batch_) log(trainer, "on_train_batch_start");
 }
 
-void DeviceStatsMonitor::on_train_batch_end(Trainer& trainer, LightningModule& /*module*/, const torch::Tensor& /*loss*/,
-                                            const Batch& /*batch*/, int64_t /*batch_idx*/) {
+void DeviceStatsMonitor::on_train_batch_end(Trainer& trainer, LightningModule& /*module*/,
+                                            const torch::Tensor& /*loss*/, const Batch& /*batch*/,
+                                            int64_t /*batch_idx*/) {
   if (log_this_batch_) log(trainer, "on_train_batch_end");
 }
 

@@ -49,8 +49,9 @@ void ThroughputMonitor::on_fit_start(Trainer& trainer, LightningModule& /*module
   const double mine = measure_matmul_flops(strategy.root_device(), matmul_dtype(trainer.options().precision()));
   peak_flops_ = strategy.world_size() == 1
                     ? mine
-                    : strategy.reduce(torch::tensor({mine}, torch::dtype(torch::kDouble).device(strategy.root_device())),
-                                      ReduceOp::kMean)
+                    : strategy
+                          .reduce(torch::tensor({mine}, torch::dtype(torch::kDouble).device(strategy.root_device())),
+                                  ReduceOp::kMean)
                           .item<double>();
 }
 
@@ -110,7 +111,9 @@ void ThroughputMonitor::on_after_optimizer_step(Trainer& trainer, LightningModul
   throughput_.update(record);
   if (trainer.global_step() % trainer.options().log_every_n_steps() != 0) return;
   last_ = compute(trainer);
-  if (trainer.logger() != nullptr && trainer.is_global_zero()) trainer.logger()->log_metrics(last_, trainer.global_step());
+  if (trainer.logger() != nullptr && trainer.is_global_zero()) {
+    trainer.logger()->log_metrics(last_, trainer.global_step());
+  }
 }
 
 std::map<std::string, double> ThroughputMonitor::compute(Trainer& trainer) {

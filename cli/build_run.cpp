@@ -15,6 +15,7 @@
 #include <lightning_cpp/core/files.h>
 #include <lightning_cpp/core/registry.h>
 #include <lightning_cpp/core/seed.h>
+#include <lightning_cpp/core/state_dict.h>
 #include <lightning_cpp/loggers/logger_collection.h>
 #include <lightning_cpp/loops/fit_loop.h>
 #include <lightning_cpp/trainer/trainer.h>
@@ -164,11 +165,7 @@ void run_lr_finder(RunObjects& run, Trainer& trainer, std::ostream& out) {
   if (lr && run.model_with_lr) {
     // As Lightning's: the model as it was before the sweep, with the suggested rate.
     auto tuned = run.model_with_lr(*lr);
-    torch::NoGradGuard no_grad;
-    const auto parameters = run.model->named_parameters();
-    const auto buffers = run.model->named_buffers();
-    for (auto& p : tuned->named_parameters()) p.value().copy_(parameters[p.key()]);
-    for (auto& b : tuned->named_buffers()) b.value().copy_(buffers[b.key()]);
+    load_module_state_dict(*tuned, module_state_dict(*run.model));
     run.model = std::move(tuned);
   }
   (*run.log_files)["lr_find.svg"] = sweep.plot();

@@ -68,7 +68,8 @@ bool FlopCounter::available() { return !profiler::profilerEnabled(); }
 
 void FlopCounter::start() {
   LT_CHECK(!running_, "FlopCounter::start: already counting");
-  LT_CHECK(available(), "FlopCounter::start: another profiler runs on this thread (the Trainer's `profiler: pytorch`?)");
+  LT_CHECK(available(),
+           "FlopCounter::start: another profiler runs on this thread (the Trainer's `profiler: pytorch`?)");
   missed_convolution_backward_ = false;
   profiler::enableProfilerLegacy(profiler::ProfilerConfig(profiler::ProfilerState::CPU, /*report_input_shapes=*/true,
                                                           /*profile_memory=*/false, /*with_stack=*/false,

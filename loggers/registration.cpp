@@ -50,7 +50,8 @@ void register_builtin_loggers(Registry& r) {
         return std::make_shared<ConsoleLogger>(options);
       });
   r.add<Logger>(
-      "TensorBoardLogger", "TensorBoard event files (scalars, hparams, texts, histograms) under <save_dir>/<name>/version_N",
+      "TensorBoardLogger",
+      "TensorBoard event files (scalars, hparams, texts, histograms) under <save_dir>/<name>/version_N",
       [] {
         ArgSchema schema;
         const TensorBoardLoggerOptions defaults;

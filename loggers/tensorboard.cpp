@@ -313,15 +313,16 @@ void TensorBoardLogger::add_text(const std::string& tag, const std::string& text
   // What torch.utils.tensorboard.summary.text writes: a string tensor of one
   // element, for the text plugin (its content: TextPluginData, version 0).
   const ProtoWriter plugin = ProtoWriter().bytes_field(plugin_data::kPluginName, kTextPluginName);
-  const ProtoWriter shape = ProtoWriter().message_field(tensor::kShapeDim, ProtoWriter().int64_field(tensor::kDimSize, 1));
-  const ProtoWriter value = ProtoWriter()
-                                .bytes_field(summary_value::kTag, tag + kTextTagSuffix)
-                                .message_field(summary_value::kMetadata,
-                                               ProtoWriter().message_field(summary_metadata::kPluginData, plugin))
-                                .message_field(summary_value::kTensor, ProtoWriter()
-                                                                           .varint_field(tensor::kDtype, tensor::kDtString)
-                                                                           .message_field(tensor::kShape, shape)
-                                                                           .bytes_field(tensor::kStringVal, text));
+  const ProtoWriter shape =
+      ProtoWriter().message_field(tensor::kShapeDim, ProtoWriter().int64_field(tensor::kDimSize, 1));
+  const ProtoWriter value =
+      ProtoWriter()
+          .bytes_field(summary_value::kTag, tag + kTextTagSuffix)
+          .message_field(summary_value::kMetadata, ProtoWriter().message_field(summary_metadata::kPluginData, plugin))
+          .message_field(summary_value::kTensor, ProtoWriter()
+                                                     .varint_field(tensor::kDtype, tensor::kDtString)
+                                                     .message_field(tensor::kShape, shape)
+                                                     .bytes_field(tensor::kStringVal, text));
   add_summary(value.str(), step);
 }
 

@@ -6,6 +6,7 @@
 #include <lightning_cpp/core/check.h>
 #include <lightning_cpp/core/lr_scheduler.h>
 #include <lightning_cpp/core/rank_zero.h>
+#include <lightning_cpp/core/state_dict.h>
 #include <lightning_cpp/trainer/trainer.h>
 
 namespace lt {
@@ -103,8 +104,7 @@ class LRSweep : public Callback {
 class ModuleSnapshot {
  public:
   explicit ModuleSnapshot(torch::nn::Module& module) : module_(module) {
-    torch::NoGradGuard no_grad;
-    for (const auto& t : tensors()) saved_.push_back(t.detach().clone());
+    for (const auto& entry : module_state_dict(module)) saved_.insert(entry.key(), entry.value().detach().clone());
   }
   ~ModuleSnapshot() {
     try {
@@ -118,22 +118,13 @@ class ModuleSnapshot {
   void restore() {
     if (restored_) return;
     restored_ = true;
-    torch::NoGradGuard no_grad;
-    const std::vector<torch::Tensor> now = tensors();
-    LT_INTERNAL_ASSERT(now.size() == saved_.size(), "lr_find: the module has ", now.size(),
-                       " parameters and buffers after the sweep, ", saved_.size(), " before");
-    for (size_t i = 0; i < now.size(); ++i) now[i].copy_(saved_[i]);
+    load_module_state_dict(module_, saved_);  // strict: every name, every shape
     for (auto& p : module_.parameters()) p.mutable_grad() = torch::Tensor();
   }
 
  private:
-  std::vector<torch::Tensor> tensors() const {
-    std::vector<torch::Tensor> out = module_.parameters();
-    for (const auto& b : module_.buffers()) out.push_back(b);
-    return out;
-  }
   torch::nn::Module& module_;
-  std::vector<torch::Tensor> saved_;
+  c10::Dict<std::string, torch::Tensor> saved_;
   bool restored_ = false;
 };
 
@@ -148,11 +139,12 @@ std::string lr_key(const LightningModule& module, const LRFinderOptions& options
   for (const char* key : {"lr", "learning_rate"}) {
     if (hparams.count(key)) return key;
   }
-  std::string keys;
-  for (const auto& [key, value] : hparams) keys += (keys.empty() ? "" : ", ") + key;
-  throw ValueError(c10::str("lr_find: update_attr: the module's hparams have neither 'lr' nor 'learning_rate' (",
-                            keys.empty() ? std::string("none") : keys,
-                            "); set hparams()[\"lr\"] in the module, give attr_name, or update_attr(false) and use the suggestion"));
+  std::vector<std::string> keys;
+  for (const auto& [key, value] : hparams) keys.push_back(key);
+  throw ValueError(
+      c10::str("lr_find: update_attr: the module's hparams have neither 'lr' nor 'learning_rate' (",
+               keys.empty() ? std::string("none") : c10::Join(", ", keys),
+               "); set hparams()[\"lr\"] in the module, give attr_name, or update_attr(false) and use the suggestion"));
 }
 
 LRFinder sweep(Trainer& trainer, LightningModule& module, const LRFinderOptions& options,

@@ -24,8 +24,8 @@ namespace {
 
 // The reader's lines for a log folder.
 std::vector<std::string> read_with_tensorboard(const std::filesystem::path& dir, int& rc) {
-  return command_lines(std::string(LT_PYTHON) + " -W ignore " + LT_SOURCE_DIR + "/tests/python/tensorboard_reader.py '" +
-                           dir.string() + "'",
+  return command_lines(std::string(LT_PYTHON) + " -W ignore " + LT_SOURCE_DIR +
+                           "/tests/python/tensorboard_reader.py '" + dir.string() + "'",
                        rc);
 }
 

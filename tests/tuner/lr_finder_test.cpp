@@ -7,7 +7,6 @@
 // sweep, and a fit after the sweep ends with the weights of a fit without one.
 #include <unistd.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -19,6 +18,7 @@
 #include <lightning_cpp/tuner/tuning.h>
 
 #include "distributed/join_oracle.h"
+#include "support/command.h"
 #include "support/multiprocess.h"
 #include "support/seeding.h"
 
@@ -39,7 +39,8 @@ class Regressor : public lt::LightningModule {
     return torch::mse_loss(fc2_(torch::tanh(fc1_(b.data))), b.target);
   }
   lt::OptimizerConfig configure_optimizers() override {
-    return std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(std::get<double>(hparams().at("lr").value())));
+    return std::make_shared<torch::optim::SGD>(parameters(),
+                                               torch::optim::SGDOptions(std::get<double>(hparams().at("lr").value())));
   }
   torch::Tensor flat() const {
     std::vector<torch::Tensor> out;
@@ -66,15 +67,16 @@ std::string write_results(const lt::LRFinder& f, const fs::path& path) {
 }
 
 // Runs the oracle; its output, and whether it passed.
-std::pair<bool, std::string> lightning_agrees(const lt::LRFinder& f, const fs::path& csv, const lt::LRFinderOptions& o) {
-  const std::string out = csv.string() + ".out";
-  const std::string command = c10::str(
-      LT_PYTHON, " -W ignore ", LT_SOURCE_DIR, "/tests/python/lr_find_oracle.py ", write_results(f, csv), " ",
-      o.min_lr(), " ", o.max_lr(), " ", o.num_training(), " ", o.mode(), " ",
-      o.early_stop_threshold() ? c10::str(*o.early_stop_threshold()) : std::string("none"), " ",
-      f.suggestion_index().value_or(-1), " > ", out, " 2>&1");
-  const int code = std::system(command.c_str());
-  return {code == 0, read_file(out)};
+std::pair<bool, std::string> lightning_agrees(const lt::LRFinder& f, const fs::path& csv,
+                                              const lt::LRFinderOptions& o) {
+  int code = -1;
+  const std::vector<std::string> lines = command_lines(
+      c10::str(LT_PYTHON, " -W ignore ", LT_SOURCE_DIR, "/tests/python/lr_find_oracle.py ", write_results(f, csv),
+               " ", o.min_lr(), " ", o.max_lr(), " ", o.num_training(), " ", o.mode(), " ",
+               o.early_stop_threshold() ? c10::str(*o.early_stop_threshold()) : std::string("none"), " ",
+               f.suggestion_index().value_or(-1)),
+      code);
+  return {code == 0, c10::Join("\n", lines)};
 }
 
 class LRFinderTest : public SeedingFixture {
