@@ -107,7 +107,8 @@ StateDict EarlyStopping::state_dict() const {
   StateDict s = new_state_dict();
   s.insert("wait_count", wait_count_);
   s.insert("stopped_epoch", stopped_epoch_);
-  s.insert("best_score", best_score_);
+  // A 0-dim tensor, as Lightning's (its EarlyStopping compares it with torch).
+  s.insert("best_score", torch::tensor(best_score_, torch::kFloat64));
   s.insert("patience", options_.patience());
   return s;
 }
@@ -115,7 +116,10 @@ StateDict EarlyStopping::state_dict() const {
 void EarlyStopping::load_state_dict(const StateDict& state) {
   if (state.contains("wait_count")) wait_count_ = state.at("wait_count").toInt();
   if (state.contains("stopped_epoch")) stopped_epoch_ = state.at("stopped_epoch").toInt();
-  if (state.contains("best_score")) best_score_ = state.at("best_score").toDouble();
+  if (state.contains("best_score")) {  // a double before 2026-12, a tensor since (Lightning's too)
+    const c10::IValue& best = state.at("best_score");
+    best_score_ = best.isTensor() ? best.toTensor().item<double>() : best.toDouble();
+  }
 }
 
 }  // namespace lt

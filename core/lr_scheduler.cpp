@@ -97,6 +97,10 @@ StateDict LRScheduler::state_dict() const {
   StateDict state = new_state_dict();
   state.insert("last_epoch", last_epoch_);
   state.insert("base_lrs", c10::IValue(base_lrs_));
+  // What PyTorch's scheduler holds beside them, so that Python's
+  // load_state_dict (and Lightning's resume) sees the same rates and count.
+  state.insert("_step_count", last_epoch_ + 1);
+  state.insert("_last_lr", c10::IValue(get_last_lr()));
   return state;
 }
 

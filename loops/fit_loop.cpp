@@ -1,5 +1,6 @@
 #include <lightning_cpp/loops/fit_loop.h>
 
+#include <lightning_cpp/core/lr_scheduler.h>
 #include <lightning_cpp/core/rank_zero.h>
 #include <lightning_cpp/core/signals.h>
 
@@ -55,7 +56,11 @@ void FitLoop::run(LoopContext& ctx, DataLoader& train, DataLoader* val) {
     ctx.module.on_train_epoch_end();
     ctx.log_metrics(results.take_epoch_metrics(true));
     ctx.hooks.call(&Callback::on_train_epoch_end);
-    step_scheduler(*ctx.optim, Interval::kEpoch, ctx.state.current_epoch + 1, ctx.state.callback_metrics);
+    // A scheduler that follows a metric steps here, after the hooks that log
+    // it (the others stepped after the epoch's last batch: TrainingEpochLoop).
+    if (ctx.optim->lr_scheduler != nullptr && ctx.optim->lr_scheduler->monitors_metric()) {
+      step_scheduler(*ctx.optim, Interval::kEpoch, ctx.state.current_epoch + 1, ctx.state.callback_metrics);
+    }
     ++ctx.state.current_epoch;
     ctx.state.epoch_ended = false;
   }

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include <lightning_cpp/core/check.h>
+#include <lightning_cpp/core/lr_scheduler.h>
 #include <lightning_cpp/plugins/join/epoch_driver.h>
 
 namespace lt {
@@ -187,6 +188,15 @@ void TrainingEpochLoop::run(LoopContext& ctx, DataLoader& train, DataLoader* val
     // A rank that ran out of data shadows the others' iterations here (Join).
     ProfileScope scope(ctx.profiler, "[Strategy]", ctx.strategy.name(), ".join");
     driver.finish();
+  }
+  // Lightning's order: once the epoch's batches are all done, an
+  // epoch-interval scheduler that follows no metric steps, before the epoch's
+  // validation and end hooks (one that follows a metric steps after them,
+  // where the metric is logged: FitLoop).
+  const bool epoch_done = unknown_length ? !driver.stopped() : epoch.last_iteration() + 1 == length;
+  if (epoch_done && ctx.state.interrupted_by == 0 && ctx.optim->lr_scheduler != nullptr &&
+      !ctx.optim->lr_scheduler->monitors_metric()) {
+    step_scheduler(*ctx.optim, Interval::kEpoch, ctx.state.current_epoch + 1, ctx.state.callback_metrics);
   }
   // The epoch's last iteration, run here or shadowed, is a validation point:
   // validate after every rank left the epoch context.

@@ -15,6 +15,7 @@
 #include <torch/csrc/jit/serialization/unpickler.h>
 
 #include <lightning_cpp/core/check.h>
+#include <lightning_cpp/plugins/io/pickle_opcodes.h>
 
 namespace lt::detail {
 
@@ -190,12 +191,14 @@ c10::IValue load_archive(const std::shared_ptr<CheckedReader>& file, const Recor
     caffe2::serialize::PyTorchStreamReader reader(file);
     c10::IValue value;
     try {
-      const auto [pickle, pickle_size] = reader.getRecord("data.pkl");
+      const auto [record, record_size] = reader.getRecord("data.pkl");
+      // Python's state_dict(), an OrderedDict with _metadata, made readable (pickle_opcodes.h).
+      std::string pickle(static_cast<const char*>(record.get()), record_size);
+      const bool adapted = adapt_python_pickle(pickle);
       size_t pickle_read = 0;
-      auto read_pickle = [&, data = static_cast<const char*>(pickle.get()), size = pickle_size](char* buffer,
-                                                                                               size_t n) -> size_t {
-        n = std::min(n, size - pickle_read);
-        std::memcpy(buffer, data + pickle_read, n);
+      auto read_pickle = [&](char* buffer, size_t n) -> size_t {
+        n = std::min(n, pickle.size() - pickle_read);
+        std::memcpy(buffer, pickle.data() + pickle_read, n);
         pickle_read += n;
         return n;
       };
@@ -210,18 +213,9 @@ c10::IValue load_archive(const std::shared_ptr<CheckedReader>& file, const Recor
       torch::jit::Unpickler unpickler(read_pickle, nullptr, nullptr, read_record, at::Device(at::kCPU));
       unpickler.set_version(reader.version());
       value = unpickler.parse_ivalue();
+      if (adapted) drop_build_states(value);
     } catch (const std::exception& e) {
       if (!file->problem().empty()) file->corrupt(file->problem());  // a record failed its CRC-32
-      // LibTorch 1.13's unpickler cannot read collections.OrderedDict (what
-      // torch.save(model.state_dict()) writes); the marker is a hint, not
-      // proof: every tensor torch.save writes names it too.
-      static const std::string kOrderedDict = "collections\nOrderedDict\n";
-      bool ordered_dict = false;
-      if (reader.hasRecord("data.pkl")) {
-        auto [data, size] = reader.getRecord("data.pkl");
-        const char* begin = static_cast<const char*>(data.get());
-        ordered_dict = std::search(begin, begin + size, kOrderedDict.begin(), kOrderedDict.end()) != begin + size;
-      }
       const std::string what = error_message(e);
       // Pickle's APPEND (97): how Python writes a list of one element.
       const bool append = what.find("Unknown opcode for unpickling") != std::string::npos &&
@@ -231,10 +225,7 @@ c10::IValue load_archive(const std::shared_ptr<CheckedReader>& file, const Recor
           append ? "; if Python wrote it: it holds a list of one element, which LibTorch 1.13's unpickler cannot "
                    "read; save such a list as a tuple (an optimizer's state_dict with one parameter group: "
                    "{\"state\": sd[\"state\"], \"param_groups\": tuple(sd[\"param_groups\"])})"
-          : ordered_dict ? "; if Python's torch.save(model.state_dict()) wrote it: it holds a collections.OrderedDict, "
-                           "which LibTorch 1.13 cannot read; save a plain dict instead: "
-                           "torch.save(dict(model.state_dict()), path)"
-                         : ""));
+                 : ""));
     }
     file->check_the_rest();  // records the pickle does not refer to
     return value;

@@ -46,8 +46,9 @@ TEST_F(CheckpointTest, OptimizerStateIsPyTorchsBothWays) {
   Reference cpp;
   lt::load_module_state_dict(cpp, lt::state_dict_from(saved, ckpt));
   torch::optim::Adam adam(cpp.parameters(), torch::optim::AdamOptions(1.0));
-  lt::load_optimizer_state_dict(adam, saved.at("optimizer"), "last.ckpt optimizer");
-  EXPECT_DOUBLE_EQ(adam.param_groups()[0].options().get_lr(), 0.01 * 0.7);
+  const c10::IValue saved_adam = saved.at("optimizer_states").toListRef()[0];
+  lt::load_optimizer_state_dict(adam, saved_adam, "last.ckpt optimizer");
+  EXPECT_DOUBLE_EQ(adam.param_groups()[0].options().get_lr(), 0.01 * 0.7 * 0.7);
   cpp.eval();
   adam.zero_grad();
   torch::mse_loss(cpp.forward(batch.at("input")), batch.at("target")).backward();
@@ -95,7 +96,7 @@ TEST_F(CheckpointTest, OptimizerStateIsPyTorchsBothWays) {
   // the optimizer as it was.
   torch::optim::SGD sgd(other.parameters(), torch::optim::SGDOptions(0.5).momentum(0.9));
   try {
-    lt::load_optimizer_state_dict(sgd, saved.at("optimizer"), "last.ckpt optimizer");
+    lt::load_optimizer_state_dict(sgd, saved_adam, "last.ckpt optimizer");
     FAIL() << "Adam's state loaded into SGD";
   } catch (const lt::ValueError& e) {
     EXPECT_NE(std::string(e.what()).find("last.ckpt optimizer.state[0] has 'step'"), std::string::npos) << e.what();

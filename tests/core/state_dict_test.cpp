@@ -66,13 +66,13 @@ TEST_F(CheckpointTest, PythonStateDictInitialisesACppModel) {
   from_gpu.eval();
   EXPECT_TRUE(torch::allclose(from_gpu.forward(expected.at("input").toTensor()), expected.at("output").toTensor(),
                               1e-6, 1e-6));
-  // An OrderedDict (torch.save(model.state_dict())) gets a message with the fix.
-  try {
-    lt::load_weights(model, state + ".ordered");
-    FAIL();
-  } catch (const lt::ValueError& e) {
-    EXPECT_NE(std::string(e.what()).find("torch.save(dict(model.state_dict()), path)"), std::string::npos) << e.what();
-  }
+  // An OrderedDict with its _metadata (torch.save(model.state_dict())), which
+  // LibTorch's unpickler does not read: the reader rewrites it (plugins/io/pickle_opcodes.h).
+  Reference ordered;
+  lt::load_weights(ordered, state + ".ordered");
+  ordered.eval();
+  EXPECT_TRUE(torch::allclose(ordered.forward(expected.at("input").toTensor()), expected.at("output").toTensor(),
+                              1e-6, 1e-6));
   // A missing or unexpected key is refused in strict mode.
   lt::LightningModule* m = &model;
   auto partial = lt::module_state_dict(*m);
@@ -86,7 +86,7 @@ TEST_F(CheckpointTest, HparamsKeepTheirTypesInCheckpoints) {
   auto mc = std::make_shared<lt::ModelCheckpoint>(lt::ModelCheckpointOptions().dirpath(dir_.string()));
   lt::Trainer trainer(options(1).callbacks({mc}));
   trainer.fit(std::make_shared<Reference>(), data(true), data(false));
-  const auto hparams = lt::pickle_load_file(mc->best_model_path()).toGenericDict().at("hparams").toGenericDict();
+  const auto hparams = lt::pickle_load_file(mc->best_model_path()).toGenericDict().at("hyper_parameters").toGenericDict();
   ASSERT_EQ(hparams.size(), 4u);
   EXPECT_TRUE(hparams.at("width").isInt() && hparams.at("width").toInt() == 8);
   EXPECT_TRUE(hparams.at("lr").isDouble() && hparams.at("lr").toDouble() == 0.01);

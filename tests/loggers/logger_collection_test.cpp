@@ -89,8 +89,8 @@ TEST_F(CallbacksTest, TheDataModulesHparamsAreLoggedWithTheModules) {
   EXPECT_EQ(lt::testing::read_file(fs::path(csv->log_dir()) / "hparams.yaml"), "batch_size: 2\nlr: 0.1\nroot: /data\n");
   // The checkpoint keeps both, each under its own key (Lightning's hyper_parameters, datamodule_hyper_parameters).
   const auto saved = lt::pickle_load_file(checkpoint->best_model_path()).toGenericDict();
-  EXPECT_EQ(saved.at("hparams").toGenericDict().size(), 2u);
-  EXPECT_EQ(saved.at("datamodule_hparams").toGenericDict().at("root").toStringRef(), "/data");
+  EXPECT_EQ(saved.at("hyper_parameters").toGenericDict().size(), 2u);
+  EXPECT_EQ(saved.at("datamodule_hyper_parameters").toGenericDict().at("root").toStringRef(), "/data");
   lt::Trainer clash(options(1).logger(std::make_shared<lt::CSVLogger>(lt::CSVLoggerOptions(dir_.string()))));
   try {
     clash.fit(module(), std::make_shared<Data>(lt::HParams{{"batch_size", 8}}));

@@ -37,13 +37,14 @@ class Reference(nn.Module):
 def read(ckpt_path, out_path):
     ckpt = torch.load(ckpt_path)
     assert isinstance(ckpt, dict), type(ckpt)
-    for key in ("state_dict", "epoch", "epoch_finished", "global_step", "optimizer", "callbacks", "hparams"):
+    for key in ("state_dict", "epoch", "epoch_finished", "global_step", "optimizer_states", "lr_schedulers", "loops",
+                "callbacks", "hyper_parameters"):
         assert key in ckpt, key
     # Lightning's "epoch": the epoch during which it was saved (last.ckpt of a
     # 2-epoch fit: at the end of epoch 1), whether finished kept apart.
     assert ckpt["epoch"] == 1 and ckpt["epoch_finished"] is True, (ckpt["epoch"], ckpt["epoch_finished"])
     # Hyperparameters keep their types (Reference in tests/support/checkpoint_fixture.h).
-    hparams = ckpt["hparams"]
+    hparams = ckpt["hyper_parameters"]
     assert hparams == {"width": 8, "lr": 0.01, "amsgrad": False, "name": "reference"}, hparams
     assert [type(hparams[k]) for k in ("width", "lr", "amsgrad", "name")] == [int, float, bool, str], hparams
     state = ckpt["state_dict"]
@@ -67,7 +68,7 @@ def write(state_path, io_path):
     x = torch.randn(5, 4)
     with torch.no_grad():
         y = model(x)
-    # A plain dict: LibTorch 1.13's unpickler cannot read collections.OrderedDict.
+    # A plain dict, and Python's OrderedDict with its _metadata (which our reader rewrites for LibTorch's unpickler).
     torch.save(dict(model.state_dict()), state_path)
     torch.save(model.state_dict(), state_path + ".ordered")
     # As written from a GPU (its tensors' place cuda:0), made without one: torch.save asks location_tag.
@@ -86,11 +87,11 @@ def step(ckpt_path, io_path, out_path):
     model.load_state_dict(ckpt["state_dict"], strict=True)
     optimizer = torch.optim.Adam(model.parameters(), lr=1.0)
     # PyTorch's layout, PyTorch's names: load_state_dict takes it as is.
-    optimizer.load_state_dict(ckpt["optimizer"])
+    optimizer.load_state_dict(ckpt["optimizer_states"][0])
     group = optimizer.param_groups[0]
     # Saved at the end of the second epoch under StepLR(step_size=1, gamma=0.7) from 0.01, as the C++
-    # Reference: one scheduler step taken, the epoch's own still pending (as Lightning saves it).
-    assert abs(group["lr"] - 0.01 * 0.7) < 1e-12, group["lr"]
+    # Reference: both epochs' scheduler steps taken (Lightning's too: after the epoch's last batch).
+    assert abs(group["lr"] - 0.01 * 0.7 * 0.7) < 1e-12, group["lr"]
     assert group["betas"] == (0.9, 0.999) and group["eps"] == 1e-8 and group["amsgrad"] is False, group
     assert len(optimizer.state) == len(list(model.parameters())), len(optimizer.state)
     io = torch.load(io_path)
@@ -133,8 +134,12 @@ def same(a_path, b_path, tol):
             sys.exit(f"{where}: {x!r} against {y!r}")
 
     compare(a["state_dict"], b["state_dict"], "state_dict")
-    compare(a["optimizer"], b["optimizer"], "optimizer")
-    print("same", len(a["state_dict"]), "tensors,", len(a["optimizer"]["state"]), "optimizer states")
+    # Python's own (step) or ours, before Lightning's layout ("optimizer") or in it ("optimizer_states").
+    def optimizer(ckpt):
+        return ckpt["optimizer_states"][0] if "optimizer_states" in ckpt else ckpt["optimizer"]
+
+    compare(optimizer(a), optimizer(b), "optimizer")
+    print("same", len(a["state_dict"]), "tensors,", len(optimizer(a)["state"]), "optimizer states")
 
 
 if __name__ == "__main__":

@@ -106,7 +106,7 @@ LT_TEST_WORKER(FsdpStreamedFullCheckpoint) {
         ++tensors;
         placeholders += lt::is_deferred(item.value().toTensor());
       }
-      for (const auto& state : ckpt.at("optimizer").toGenericDict().at("state").toGenericDict()) {
+      for (const auto& state : ckpt.at("optimizer_states").toListRef()[0].toGenericDict().at("state").toGenericDict()) {
         for (const auto& item : state.value().toGenericDict()) {
           if (!item.value().isTensor() || item.value().toTensor().dim() == 0) continue;  // "step"
           ++tensors;

@@ -51,7 +51,8 @@ inline torch::Tensor optimizer_state_of(const std::string& path, const std::stri
   auto model = std::make_shared<JoinNet>();
   model->optim = optim;
   auto optimizer = model->configure_optimizers().optimizer;
-  lt::load_optimizer_state_dict(*optimizer, lt::pickle_load_file(path).toGenericDict().at("optimizer"), path);
+  lt::load_optimizer_state_dict(*optimizer, lt::pickle_load_file(path).toGenericDict().at("optimizer_states").toListRef()[0],
+                               path);
   std::vector<torch::Tensor> out;
   for (const auto& p : model->parameters()) {
     auto it = optimizer->state().find(lt::optimizer_state_key(p));
