@@ -141,12 +141,12 @@ bool adapt_python_pickle(std::string& pickle) {
         const Entry callable = stack[stack.size() - 2], argument = stack.back();
         if (op == 'R' && callable.item == Item::kOrderedDictClass && argument.item == Item::kEmptyTuple) {
           edits.push_back({callable.start, p + 1, "}"});  // OrderedDict() -> EMPTY_DICT
-        } else if (op == 'b') {  // obj, state -> obj[kBuildStateKey] = state
-          const std::string key = kBuildStateKey;
-          std::string unicode(1, 'X');
+        } else if (op == 'b') {  // obj, state -> obj[kBuildStateKey] = state: MARK, key, state, SETITEMS
+          const std::string key = kBuildStateKey;  // (LibTorch 1.13's unpickler has no SETITEM)
+          std::string unicode = "(X";
           for (size_t i = 0; i < 4; ++i) unicode += static_cast<char>((key.size() >> (8 * i)) & 0xff);
           edits.push_back({argument.start, argument.start, unicode + key});
-          edits.push_back({p, p + 1, "s"});
+          edits.push_back({p, p + 1, "u"});
         }
         stack.resize(stack.size() - 2);
         stack.push_back({Item::kOther, callable.start});

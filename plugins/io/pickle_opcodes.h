@@ -14,8 +14,9 @@ namespace lt::detail {
 //     after) becomes an empty dict (LibTorch's unpickler makes it None, then
 //     fails on its entries);
 //   - each BUILD (an object's state: the state_dict's `_metadata`, module
-//     versions) becomes a SETITEM of that state under kBuildStateKey, which
-//     drop_build_states() then removes from what was read.
+//     versions) sets that state under kBuildStateKey instead (MARK, the key,
+//     the state, SETITEMS), which drop_build_states() then removes from what
+//     was read.
 // Returns whether it changed anything; a pickle it cannot follow (an opcode
 // outside protocol 2's, a truncated argument) is left as it is.
 bool adapt_python_pickle(std::string& pickle);

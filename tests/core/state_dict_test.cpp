@@ -68,11 +68,14 @@ TEST_F(CheckpointTest, PythonStateDictInitialisesACppModel) {
                               1e-6, 1e-6));
   // An OrderedDict with its _metadata (torch.save(model.state_dict())), which
   // LibTorch's unpickler does not read: the reader rewrites it (plugins/io/pickle_opcodes.h).
+  // (1.13's unpickler also lacks SETITEM and APPEND, which Python writes for one-item dicts and lists.)
+#if TORCH_VERSION_MAJOR >= 2
   Reference ordered;
   lt::load_weights(ordered, state + ".ordered");
   ordered.eval();
   EXPECT_TRUE(torch::allclose(ordered.forward(expected.at("input").toTensor()), expected.at("output").toTensor(),
                               1e-6, 1e-6));
+#endif
   // A missing or unexpected key is refused in strict mode.
   lt::LightningModule* m = &model;
   auto partial = lt::module_state_dict(*m);
