@@ -9,8 +9,7 @@
 // The oracle is Lightning itself. Skipped where the Python of the LibTorch
 // built against has no Lightning (Debian's 1.13: its unpickler cannot read
 // Python's one-element lists either).
-#include <stdlib.h>
-
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -28,6 +27,7 @@
 #include <lightning_cpp/fabric/fabric.h>
 #include <lightning_cpp/trainer/trainer.h>
 
+#include "support/checkpoint_fixture.h"
 #include "support/command.h"
 
 namespace fs = std::filesystem;
@@ -91,11 +91,11 @@ Start fit(const fs::path& dir, int64_t max_epochs, const std::string& ckpt = "")
   return start;
 }
 
-class LightningCheckpoint : public ::testing::Test {
+// CheckpointTest's folder (support/checkpoint_fixture.h), skipped without Lightning.
+class LightningCheckpoint : public CheckpointTest {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/lt_lightning_ckpt_XXXXXX";
-    dir_ = ::mkdtemp(tmpl);
+    CheckpointTest::SetUp();
     int code = 0;
     lt::testing::command_lines(c10::str(LT_PYTHON, " -c 'import pytorch_lightning'"), code);
     if (code != 0) GTEST_SKIP() << LT_PYTHON << " has no pytorch_lightning (the venv's has: scripts/install-deps.sh)";
@@ -111,13 +111,8 @@ class LightningCheckpoint : public ::testing::Test {
     return lines;
   }
   static bool has_line(const std::vector<std::string>& lines, const std::string& line) {
-    for (const auto& l : lines) {
-      if (l == line) return true;
-    }
-    return false;
+    return std::find(lines.begin(), lines.end(), line) != lines.end();
   }
-  void TearDown() override { fs::remove_all(dir_); }
-  fs::path dir_;
 };
 
 TEST_F(LightningCheckpoint, LightningLoadsAndResumesOurs) {
